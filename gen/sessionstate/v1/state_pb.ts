@@ -16,7 +16,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/state.proto.
  */
 export const file_sessionstate_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvc3RhdGUucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSLaAgoKRXZlbnRJbnB1dBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSKAoEa2luZBgCIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5FdmVudEtpbmQSLgoKYWN0b3JfdHlwZRgDIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5BY3RvclR5cGUSEAoIYWN0b3JfaWQYBCABKAkSDgoGcnVuX2lkGAUgASgJEi8KC29jY3VycmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdW1tYXJ5GAcgASgJEi4KB3BheWxvYWQYCCABKAsyHS5zZXNzaW9uc3RhdGUudjEuRXZlbnRQYXlsb2FkEhIKCmRlZHVwZV9rZXkYCSABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYCiADKAkiQgoTQXBwZW5kRXZlbnRzUmVxdWVzdBIrCgZldmVudHMYASADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCJ0CgxBcHBlbmRSZXN1bHQSFAoIc2VxdWVuY2UYASABKANCAjACEhkKDXN0YXRlX3ZlcnNpb24YAiABKANCAjACEhEKCWR1cGxpY2F0ZRgDIAEoCBIQCghyZWNvcmRlZBgEIAEoCBIOCgZyZWFzb24YBSABKAkiRgoUQXBwZW5kRXZlbnRzUmVzcG9uc2USLgoHcmVzdWx0cxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRSZXN1bHQikAEKEEdldFN0YXR1c1JlcXVlc3QSLAoHc2Vzc2lvbhgBIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmEh4KDWNoYW5nZXNfc2luY2UYAiABKANCAjACSACIAQESEgoFbGltaXQYAyABKA1IAYgBAUIQCg5fY2hhbmdlc19zaW5jZUIICgZfbGltaXQikwEKDFN0YXRlQ2hhbmdlcxIyCgZldmVudHMYASADKAsyIi5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblN0YXRlRXZlbnQSEQoJdHJ1bmNhdGVkGAIgASgIEicKG2VhcmxpZXN0X2F2YWlsYWJsZV9zZXF1ZW5jZRgDIAEoA0ICMAISEwoLaGlzdG9yeV9nYXAYBCABKAgijwEKEUdldFN0YXR1c1Jlc3BvbnNlEhkKDXN0YXRlX3ZlcnNpb24YASABKANCAjACEjQKDXN0YXRlX2NoYW5nZXMYAiABKAsyHS5zZXNzaW9uc3RhdGUudjEuU3RhdGVDaGFuZ2VzEikKB3Nlc3Npb24YAyABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbjK/AQoMU3RhdGVTZXJ2aWNlElsKDEFwcGVuZEV2ZW50cxIkLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudHNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElIKCUdldFN0YXR1cxIhLnNlc3Npb25zdGF0ZS52MS5HZXRTdGF0dXNSZXF1ZXN0GiIuc2Vzc2lvbnN0YXRlLnYxLkdldFN0YXR1c1Jlc3BvbnNlYgZwcm90bzM", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_session]);
+  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvc3RhdGUucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSLaAgoKRXZlbnRJbnB1dBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSKAoEa2luZBgCIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5FdmVudEtpbmQSLgoKYWN0b3JfdHlwZRgDIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5BY3RvclR5cGUSEAoIYWN0b3JfaWQYBCABKAkSDgoGcnVuX2lkGAUgASgJEi8KC29jY3VycmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdW1tYXJ5GAcgASgJEi4KB3BheWxvYWQYCCABKAsyHS5zZXNzaW9uc3RhdGUudjEuRXZlbnRQYXlsb2FkEhIKCmRlZHVwZV9rZXkYCSABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYCiADKAkiQgoTQXBwZW5kRXZlbnRzUmVxdWVzdBIrCgZldmVudHMYASADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCJsCgxBcHBlbmRSZXN1bHQSEAoIc2VxdWVuY2UYASABKAMSFQoNc3RhdGVfdmVyc2lvbhgCIAEoAxIRCglkdXBsaWNhdGUYAyABKAgSEAoIcmVjb3JkZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIkYKFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuQXBwZW5kUmVzdWx0IowBChBHZXRTdGF0dXNSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIaCg1jaGFuZ2VzX3NpbmNlGAIgASgDSACIAQESEgoFbGltaXQYAyABKA1IAYgBAUIQCg5fY2hhbmdlc19zaW5jZUIICgZfbGltaXQijwEKDFN0YXRlQ2hhbmdlcxIyCgZldmVudHMYASADKAsyIi5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblN0YXRlRXZlbnQSEQoJdHJ1bmNhdGVkGAIgASgIEiMKG2VhcmxpZXN0X2F2YWlsYWJsZV9zZXF1ZW5jZRgDIAEoAxITCgtoaXN0b3J5X2dhcBgEIAEoCCKLAQoRR2V0U3RhdHVzUmVzcG9uc2USFQoNc3RhdGVfdmVyc2lvbhgBIAEoAxI0Cg1zdGF0ZV9jaGFuZ2VzGAIgASgLMh0uc2Vzc2lvbnN0YXRlLnYxLlN0YXRlQ2hhbmdlcxIpCgdzZXNzaW9uGAMgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24yvwEKDFN0YXRlU2VydmljZRJbCgxBcHBlbmRFdmVudHMSJC5zZXNzaW9uc3RhdGUudjEuQXBwZW5kRXZlbnRzUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudHNSZXNwb25zZRJSCglHZXRTdGF0dXMSIS5zZXNzaW9uc3RhdGUudjEuR2V0U3RhdHVzUmVxdWVzdBoiLnNlc3Npb25zdGF0ZS52MS5HZXRTdGF0dXNSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_session]);
 
 /**
  * One event to append.
@@ -131,14 +131,14 @@ export type AppendResult = Message<"sessionstate.v1.AppendResult"> & {
   /**
    * Sequence of the recorded (or, for a duplicate, the earlier) event. 0 when not recorded.
    *
-   * @generated from field: int64 sequence = 1 [jstype = JS_NUMBER];
+   * @generated from field: int64 sequence = 1;
    */
   sequence: bigint;
 
   /**
    * The session's head after this event.
    *
-   * @generated from field: int64 state_version = 2 [jstype = JS_NUMBER];
+   * @generated from field: int64 state_version = 2;
    */
   stateVersion: bigint;
 
@@ -200,7 +200,7 @@ export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
   /**
    * Return the events after this version. Absent = no delta, only the head.
    *
-   * @generated from field: optional int64 changes_since = 2 [jstype = JS_NUMBER];
+   * @generated from field: optional int64 changes_since = 2;
    */
   changesSince?: bigint | undefined;
 
@@ -242,7 +242,7 @@ export type StateChanges = Message<"sessionstate.v1.StateChanges"> & {
   /**
    * Lowest sequence still kept for the session; 0 when nothing is kept.
    *
-   * @generated from field: int64 earliest_available_sequence = 3 [jstype = JS_NUMBER];
+   * @generated from field: int64 earliest_available_sequence = 3;
    */
   earliestAvailableSequence: bigint;
 
@@ -270,7 +270,7 @@ export type GetStatusResponse = Message<"sessionstate.v1.GetStatusResponse"> & {
   /**
    * Head of the session's signal log; 0 when nothing was ever recorded.
    *
-   * @generated from field: int64 state_version = 1 [jstype = JS_NUMBER];
+   * @generated from field: int64 state_version = 1;
    */
   stateVersion: bigint;
 

@@ -1,0 +1,173 @@
+/**
+ * Domain types of the signal log, the session registry and the watch cursors. Plain data:
+ * the server maps them to protobuf messages, the store maps them to rows.
+ */
+import type { SessionId } from "./keys.js";
+
+export const EVENT_KINDS = [
+  "human_direct_message",
+  "goal_changed",
+  "upstream_missing",
+  "child_spawned",
+  "run_completed",
+  "run_failed",
+  "compacted",
+  "adopted",
+  "created",
+] as const;
+export type EventKind = (typeof EVENT_KINDS)[number];
+
+/** Kinds that raise a watcher's material mark and so can cause a notice (SPEC §2.1). */
+export const NOTIFY_ELIGIBLE: ReadonlySet<EventKind> = new Set([
+  "human_direct_message",
+  "goal_changed",
+  "upstream_missing",
+]);
+
+export type ActorType = "human" | "agent" | "system";
+export type RunOutcome = "error" | "timeout" | "cancelled";
+
+export interface EventPayload {
+  outcome?: RunOutcome;
+  channel?: string;
+  turns?: number;
+}
+
+/** An event as recorded in the log. Times are milliseconds since the epoch. */
+export interface SignalEvent {
+  sequence: number;
+  agentId: string;
+  sessionKey: string;
+  kind: EventKind;
+  actorType: ActorType;
+  actorId: string;
+  runId: string;
+  occurredAt: number;
+  summary: string;
+  payload: EventPayload;
+}
+
+/** An event a producer asks to append, already validated. */
+export interface EventDraft {
+  session: SessionId;
+  kind: EventKind;
+  actorType: ActorType;
+  actorId: string;
+  runId: string;
+  /** Already clamped into [now − 24 h, now]. */
+  occurredAt: number;
+  summary: string;
+  payload: EventPayload;
+  dedupeKey?: string;
+  /** Watchers the producer knows of; they make a human turn count as watched. */
+  watcherKeys: string[];
+}
+
+export interface AppendOutcome {
+  sequence: number;
+  stateVersion: number;
+  duplicate: boolean;
+  recorded: boolean;
+  reason: string;
+}
+
+export interface ChangesPage {
+  events: SignalEvent[];
+  truncated: boolean;
+  earliestAvailableSequence: number;
+  historyGap: boolean;
+}
+
+/** A session's durable head: stateVersion and the pruned high-water mark. */
+export interface SessionHead {
+  stateVersion: number;
+  prunedThrough: number;
+}
+
+export const SESSION_KINDS = ["main", "group", "cron", "hook", "node", "other"] as const;
+export type SessionKind = (typeof SESSION_KINDS)[number];
+export type RunStatus = "idle" | "running" | "completed" | "failed";
+
+export interface DeliveryRoute {
+  channel: string;
+  to: string;
+  accountId: string;
+  threadId: string;
+}
+
+export interface SessionRecord {
+  agentId: string;
+  sessionKey: string;
+  sessionId: string;
+  kind: SessionKind;
+  channel: string;
+  label: string;
+  parentSessionKey: string;
+  childSessionKeys: string[];
+  model: string;
+  contextTokens: number;
+  totalTokens: number;
+  runStatus: RunStatus;
+  lastRunAborted: boolean;
+  archived: boolean;
+  pinned: boolean;
+  stateVersion: number;
+  createdAt: number;
+  updatedAt: number;
+  origin?: DeliveryRoute;
+  deliveryContext?: DeliveryRoute;
+}
+
+/** Fields an upsert sets; undefined keeps the current value (or the default on create). */
+export interface SessionPatch {
+  sessionId?: string;
+  kind?: SessionKind;
+  channel?: string;
+  label?: string;
+  parentSessionKey?: string;
+  model?: string;
+  contextTokens?: number;
+  totalTokens?: number;
+  runStatus?: RunStatus;
+  lastRunAborted?: boolean;
+  archived?: boolean;
+  pinned?: boolean;
+  origin?: DeliveryRoute;
+  deliveryContext?: DeliveryRoute;
+}
+
+export interface SessionFilter {
+  kinds: SessionKind[];
+  label: string;
+  agentId: string;
+  search: string;
+  /** Only sessions updated at or after this time (ms); 0 = any. */
+  updatedSince: number;
+  archived: boolean;
+  limit: number;
+}
+
+export type WatchProvenance = "implicit_spawn" | "explicit";
+
+export interface WatchCursor {
+  watcherKey: string;
+  targetAgentId: string;
+  targetKey: string;
+  lastSeen: number;
+  notified: number;
+  material: number;
+  provenance: WatchProvenance;
+  updatedAt: number;
+}
+
+/** A coalesced notice, derived from a cursor whose notified position is ahead of last seen. */
+export interface Notice {
+  watcherKey: string;
+  targetAgentId: string;
+  targetKey: string;
+  changesSince: number;
+  notifiedSequence: number;
+  text: string;
+  contextKey: string;
+  wake: boolean;
+}

@@ -1,0 +1,36 @@
+/**
+ * Opens the embedded SQLite database with the settings the service relies on, and brings
+ * its schema up to date.
+ */
+import Database from "better-sqlite3";
+import { mkdirSync } from "node:fs";
+import { dirname } from "node:path";
+import { migrate } from "./schema.js";
+
+export type Synchronous = "off" | "normal" | "full" | "extra";
+
+export interface DatabaseOptions {
+  /** File path, or ":memory:". Parent folders are created. */
+  path: string;
+  /**
+   * `normal` (default) in WAL mode: a committed transaction survives a crash of the process
+   * (kill -9); on power loss or an OS crash the last transactions before the most recent
+   * checkpoint may roll back, never leaving the file corrupt. `full` also syncs the WAL on
+   * every commit, so commits survive power loss, at a cost in write throughput.
+   */
+  synchronous?: Synchronous;
+  /** How long a writer waits for another connection's lock before SQLITE_BUSY. */
+  busyTimeoutMs?: number;
+}
+
+export function openDatabase(options: DatabaseOptions): Database.Database {
+  if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
+  const db = new Database(options.path);
+  db.pragma("journal_mode = WAL");
+  db.pragma(`synchronous = ${options.synchronous ?? "normal"}`);
+  db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
+  // Keep the WAL from growing without bound between checkpoints.
+  db.pragma("journal_size_limit = 67108864");
+  migrate(db);
+  return db;
+}

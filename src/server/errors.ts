@@ -1,0 +1,45 @@
+/**
+ * Maps core errors to Connect codes, for unary and streaming calls alike. Anything that is
+ * not a DomainError or ConnectError is an internal fault: logged with its stack, answered
+ * as INTERNAL without details.
+ */
+import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
+import { DomainError, type DomainErrorKind } from "../core/errors.js";
+import type { Logger } from "./logger.js";
+
+const CODES: Record<DomainErrorKind, Code> = {
+  invalid_argument: Code.InvalidArgument,
+  not_found: Code.NotFound,
+  failed_precondition: Code.FailedPrecondition,
+  permission_denied: Code.PermissionDenied,
+  resource_exhausted: Code.ResourceExhausted,
+  unavailable: Code.Unavailable,
+};
+
+export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
+  if (err instanceof ConnectError) return err;
+  if (err instanceof DomainError) return new ConnectError(err.message, CODES[err.kind]);
+  logger.error("internal error", { procedure, error: String(err), stack: (err as Error)?.stack });
+  return new ConnectError("internal error", Code.Internal);
+}
+
+export function errorMapping(logger: Logger): Interceptor {
+  return (next) => async (req) => {
+    const procedure = req.method.parent.typeName + "/" + req.method.name;
+    try {
+      const res = await next(req);
+      if (!res.stream) return res;
+      return { ...res, message: mapStreamErrors(res.message, logger, procedure) };
+    } catch (err) {
+      throw toConnectError(err, logger, procedure);
+    }
+  };
+}
+
+async function* mapStreamErrors<T>(source: AsyncIterable<T>, logger: Logger, procedure: string): AsyncIterable<T> {
+  try {
+    yield* source;
+  } catch (err) {
+    throw toConnectError(err, logger, procedure);
+  }
+}

@@ -1,0 +1,24 @@
+/** Every route the server serves, in one place. */
+import type { ConnectRouter } from "@connectrpc/connect";
+import type { SessionState } from "../core/sessionState.js";
+import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
+import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
+import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
+import { sessionService } from "./services/sessionService.js";
+import { stateService } from "./services/stateService.js";
+import { watchService, type StreamSettings } from "./services/watchService.js";
+import { registerHealth, type HealthStatus } from "./health.js";
+import { registerReflection } from "./reflection.js";
+
+/** The sessionstate.v1 services, in the order reflection lists them. */
+export const PRODUCT_SERVICES = [StateService, SessionService, WatchService] as const;
+
+export function routes(core: SessionState, streams: StreamSettings, health: HealthStatus) {
+  return (router: ConnectRouter) => {
+    router.service(StateService, stateService(core));
+    router.service(SessionService, sessionService(core));
+    router.service(WatchService, watchService(core, streams));
+    registerHealth(router, health);
+    registerReflection(router, [...PRODUCT_SERVICES]);
+  };
+}

@@ -1,0 +1,140 @@
+/**
+ * Server assembly: one h2c port serving Connect, gRPC and gRPC-Web over the embedded
+ * SQLite core, with pruning on a timer and a graceful stop.
+ */
+import { Code, ConnectError } from "@connectrpc/connect";
+import { HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import http2 from "node:http2";
+import type { AddressInfo } from "node:net";
+import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
+import { openDatabase, type Synchronous } from "../core/sqlite/database.js";
+import { SqliteStateStore } from "../core/sqlite/sqliteStore.js";
+import type { RetentionPolicy } from "../core/store.js";
+import { errorMapping } from "./errors.js";
+import { createLogger, type Logger } from "./logger.js";
+import { HealthStatus } from "./health.js";
+import { PRODUCT_SERVICES, routes } from "./routes.js";
+
+export interface ServerOptions {
+  /** Interface to bind; default 127.0.0.1. */
+  host?: string;
+  /** TCP port; 0 picks a free one (read it back from `port`). Default 8080. */
+  port?: number;
+  /** SQLite file; default ./data/sessionstate.db. */
+  databasePath?: string;
+  synchronous?: Synchronous;
+  retention?: RetentionPolicy;
+  /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
+  pruneIntervalMs?: number;
+  /** Heartbeat on an idle notice stream; default 15 s. */
+  heartbeatMs?: number;
+  /** Notices buffered per stream subscriber before it is closed; default 10,000. */
+  streamBufferCapacity?: number;
+  /** Largest request message accepted; default 4 MiB. */
+  readMaxBytes?: number;
+  /** Time in-flight calls get to finish on stop; default 5 s. */
+  shutdownGraceMs?: number;
+  logger?: Logger;
+  /** The service clock; tests inject one to move time. */
+  clock?: () => number;
+}
+
+export interface RunningServer {
+  readonly port: number;
+  readonly url: string;
+  readonly core: SessionState;
+  /** Stops accepting, lets in-flight calls finish (streams end with UNAVAILABLE), closes the database. */
+  close(): Promise<void>;
+}
+
+export const DEFAULTS = {
+  host: "127.0.0.1",
+  port: 8080,
+  databasePath: "./data/sessionstate.db",
+  pruneIntervalMs: 10 * 60_000,
+  heartbeatMs: 15_000,
+  streamBufferCapacity: 10_000,
+  readMaxBytes: 4 * 1024 * 1024,
+  shutdownGraceMs: 5_000,
+} as const;
+
+export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
+  const logger = options.logger ?? createLogger();
+  const databasePath = options.databasePath ?? DEFAULTS.databasePath;
+  const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
+  const core = new SessionState({
+    store: new SqliteStateStore(db),
+    clock: options.clock,
+    retention: options.retention ?? DEFAULT_RETENTION,
+  });
+
+  const recovery = await core.recoverPendingNotices();
+  logger.info("pending notices recovered", { ...recovery });
+  await runPrune(core, logger);
+
+  const health = new HealthStatus();
+  for (const service of PRODUCT_SERVICES) health.set(service.typeName, HealthCheckResponse_ServingStatus.SERVING);
+  const shutdown = new AbortController();
+  const handler = connectNodeAdapter({
+    routes: routes(core, {
+      heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
+      bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
+    }, health),
+    interceptors: [errorMapping(logger)],
+    readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
+    writeMaxBytes: 16 * 1024 * 1024,
+    shutdownSignal: shutdown.signal,
+  });
+  const server = http2.createServer(handler);
+  const sessions = new Set<http2.ServerHttp2Session>();
+  server.on("session", (s) => {
+    sessions.add(s);
+    s.once("close", () => sessions.delete(s));
+  });
+
+  await new Promise<void>((resolve, reject) => {
+    server.once("error", reject);
+    server.listen(options.port ?? DEFAULTS.port, options.host ?? DEFAULTS.host, () => {
+      server.off("error", reject);
+      resolve();
+    });
+  });
+  const address = server.address() as AddressInfo;
+  const url = `http://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
+  logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"] });
+
+  const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
+  const pruneTimer =
+    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, logger), pruneIntervalMs).unref() : undefined;
+
+  let closing: Promise<void> | undefined;
+  const close = () =>
+    (closing ??= (async () => {
+      clearInterval(pruneTimer);
+      health.shutdown();
+      // Handler signals abort: notice streams end with UNAVAILABLE so clients reconnect.
+      shutdown.abort(new ConnectError("server is shutting down", Code.Unavailable));
+      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
+      for (const s of sessions) s.close();
+      const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
+      const timer = setTimeout(() => {
+        for (const s of sessions) s.destroy();
+      }, grace);
+      await closed;
+      clearTimeout(timer);
+      core.close();
+      logger.info("stopped", { url });
+    })());
+
+  return { port: address.port, url, core, close };
+}
+
+async function runPrune(core: SessionState, logger: Logger): Promise<void> {
+  try {
+    const report = await core.pruneSignalLog();
+    if (report.removedEvents > 0 || report.removedCursors > 0) logger.info("signal log pruned", { ...report });
+  } catch (err) {
+    logger.error("pruning failed", { error: String(err) });
+  }
+}

@@ -1,0 +1,61 @@
+/** StateService handlers: map the request, call the core, map the result. */
+import { create } from "@bufbuild/protobuf";
+import type { ServiceImpl } from "@connectrpc/connect";
+import type { SessionState } from "../../core/sessionState.js";
+import { AppendResultSchema, StateService } from "../../../gen/sessionstate/v1/state_pb.js";
+import { actorTypes, eventKinds, eventMessage, int64, msOf, runOutcomes, sessionMessage } from "../convert.js";
+
+export function stateService(core: SessionState): ServiceImpl<typeof StateService> {
+  return {
+    async appendEvents(req) {
+      const outcomes = await core.appendEvents(
+        req.events.map((e, i) => ({
+          sessionKey: e.session?.sessionKey ?? "",
+          agentId: e.session?.agentId ?? "",
+          kind: eventKinds.required(`events[${i}].kind`, e.kind),
+          actorType: actorTypes.required(`events[${i}].actor_type`, e.actorType),
+          actorId: e.actorId,
+          runId: e.runId,
+          occurredAt: msOf(e.occurredAt),
+          summary: e.summary,
+          payload: {
+            outcome: runOutcomes.optional(`events[${i}].payload.outcome`, e.payload?.outcome ?? 0),
+            channel: e.payload?.channel ?? "",
+            turns: e.payload?.turns ?? 0,
+          },
+          dedupeKey: e.dedupeKey,
+          watcherSessionKeys: e.watcherSessionKeys,
+        })),
+      );
+      return {
+        results: outcomes.map((o) =>
+          create(AppendResultSchema, {
+            sequence: BigInt(o.sequence),
+            stateVersion: BigInt(o.stateVersion),
+            duplicate: o.duplicate,
+            recorded: o.recorded,
+            reason: o.reason,
+          }),
+        ),
+      };
+    },
+
+    async getStatus(req) {
+      const status = await core.getStatus(
+        { sessionKey: req.session?.sessionKey ?? "", agentId: req.session?.agentId ?? "" },
+        req.changesSince === undefined ? undefined : int64("changes_since", req.changesSince),
+        req.limit,
+      );
+      return {
+        stateVersion: BigInt(status.stateVersion),
+        session: status.session ? sessionMessage(status.session) : undefined,
+        stateChanges: status.changes && {
+          events: status.changes.events.map(eventMessage),
+          truncated: status.changes.truncated,
+          earliestAvailableSequence: BigInt(status.changes.earliestAvailableSequence),
+          historyGap: status.changes.historyGap,
+        },
+      };
+    },
+  };
+}

@@ -1,0 +1,112 @@
+/** WatchService handlers, including the StreamNotices server stream. */
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import type { Notice } from "../../core/model.js";
+import type { SessionState } from "../../core/sessionState.js";
+import { StreamNoticesResponseSchema, WatchService, type StreamNoticesResponse } from "../../../gen/sessionstate/v1/watch_pb.js";
+import { cursorMessage, int64, noticeMessage } from "../convert.js";
+import { SubscriberQueue } from "../subscriberQueue.js";
+
+export interface StreamSettings {
+  /** Heartbeat on an idle stream, in ms. */
+  heartbeatMs: number;
+  /** Notices buffered for one subscriber before it is closed with RESOURCE_EXHAUSTED. */
+  bufferCapacity: number;
+}
+
+/** A notice's identity: one queued notice per watcher, target and frozen position. */
+const noticeId = (n: Notice) => `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}\u0000${n.notifiedSequence}`;
+
+export function watchService(core: SessionState, settings: StreamSettings): ServiceImpl<typeof WatchService> {
+  return {
+    async watch(req) {
+      const result = await core.watch(req.watcherSessionKey, {
+        sessionKey: req.targetSessionKey,
+        agentId: req.targetAgentId,
+      });
+      return result.watched
+        ? { watched: true, cursor: cursorMessage(result.cursor), created: result.created }
+        : { watched: false, reason: result.reason };
+    },
+
+    async unwatch(req) {
+      return {
+        removed: await core.unwatch(req.watcherSessionKey, { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
+      };
+    },
+
+    async listWatchCursors(req) {
+      const sel = req.selector;
+      if (sel.case === undefined) {
+        throw new ConnectError("selector: give watcher_session_key or target_session_key", Code.InvalidArgument);
+      }
+      const cursors = await core.listCursors(
+        sel.case === "watcherSessionKey"
+          ? { watcherKey: sel.value }
+          : { target: { sessionKey: sel.value, agentId: req.targetAgentId } },
+      );
+      return { cursors: cursors.map(cursorMessage) };
+    },
+
+    async *streamNotices(req, ctx): AsyncGenerator<StreamNoticesResponse> {
+      const selector = core.checkWatcherSelector({ agentId: req.agentId, watcherKeys: req.watcherSessionKeys });
+      const queue = new SubscriberQueue<Notice>(settings.bufferCapacity);
+      // Subscribe before reading the pending set, so nothing queued in between is missed;
+      // the replayed ids then keep a notice published meanwhile from arriving twice.
+      const unsubscribe = core.subscribeNotices(selector, (n) => queue.push(n));
+      try {
+        const replayed = new Set<string>();
+        for (const notice of await core.pendingNotices(selector)) {
+          replayed.add(noticeId(notice));
+          yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(notice) } });
+        }
+        yield create(StreamNoticesResponseSchema, {
+          message: { case: "replayComplete", value: { pending: replayed.size } },
+        });
+        for (;;) {
+          const next = await queue.pull(ctx.signal, settings.heartbeatMs);
+          if (next.kind === "closed") {
+            // A server shutdown aborts with UNAVAILABLE, telling the client to reconnect.
+            if (ctx.signal.reason instanceof ConnectError) throw ctx.signal.reason;
+            return;
+          }
+          if (next.kind === "overflow") {
+            throw new ConnectError(
+              `subscriber fell more than ${settings.bufferCapacity} notices behind; re-subscribe to recover pending notices`,
+              Code.ResourceExhausted,
+            );
+          }
+          if (next.kind === "idle") {
+            yield create(StreamNoticesResponseSchema, { message: { case: "heartbeat", value: { at: timestampNow() } } });
+            continue;
+          }
+          if (replayed.delete(noticeId(next.item))) continue;
+          yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(next.item) } });
+        }
+      } finally {
+        unsubscribe();
+      }
+    },
+
+    async ackNotices(req) {
+      const outcomes = await core.ackNotices(
+        req.watcherSessionKey,
+        req.acks.map((a, i) => ({
+          targetSessionKey: a.targetSessionKey,
+          targetAgentId: a.targetAgentId,
+          contextKey: a.contextKey,
+          notifiedSequence: int64(`acks[${i}].notified_sequence`, a.notifiedSequence),
+        })),
+      );
+      return {
+        results: outcomes.map((o) => ({
+          targetSessionKey: o.target.sessionKey,
+          acked: o.acked,
+          lastSeenSequence: BigInt(o.lastSeen),
+          reopened: o.reopened ? noticeMessage(o.reopened) : undefined,
+        })),
+      };
+    },
+  };
+}

@@ -1,0 +1,47 @@
+/**
+ * The bounded buffer between the notice bus and one stream subscriber. Publishing never
+ * waits on a subscriber: when a slow one lets `capacity` items pile up it is marked
+ * overflowed, and its stream ends with RESOURCE_EXHAUSTED; everything is recovered on
+ * re-subscribe from the durable cursors.
+ */
+export type Pulled<T> = { kind: "item"; item: T } | { kind: "idle" } | { kind: "overflow" } | { kind: "closed" };
+
+export class SubscriberQueue<T> {
+  private readonly items: T[] = [];
+  private wake?: () => void;
+  private overflowed = false;
+
+  constructor(private readonly capacity: number) {}
+
+  push(item: T): void {
+    if (this.overflowed) return;
+    if (this.items.length >= this.capacity) {
+      this.overflowed = true;
+      this.items.length = 0;
+    } else {
+      this.items.push(item);
+    }
+    this.wake?.();
+  }
+
+  /** The next item; "idle" after `idleMs` without one; "closed" once `signal` aborts. */
+  async pull(signal: AbortSignal, idleMs: number): Promise<Pulled<T>> {
+    if (this.overflowed) return { kind: "overflow" };
+    if (this.items.length > 0) return { kind: "item", item: this.items.shift()! };
+    if (signal.aborted) return { kind: "closed" };
+    await new Promise<void>((resolve) => {
+      const timer = setTimeout(done, idleMs);
+      signal.addEventListener("abort", done, { once: true });
+      this.wake = done;
+      function done() {
+        clearTimeout(timer);
+        signal.removeEventListener("abort", done);
+        resolve();
+      }
+    });
+    this.wake = undefined;
+    if (this.overflowed) return { kind: "overflow" };
+    if (this.items.length > 0) return { kind: "item", item: this.items.shift()! };
+    return signal.aborted ? { kind: "closed" } : { kind: "idle" };
+  }
+}
