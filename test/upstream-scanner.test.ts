@@ -455,6 +455,27 @@ describe("properties", () => {
     );
   });
 
+  it("the streaming classifier accepts exactly what JSON.parse accepts on grammar edge cases", () => {
+    const cases = [
+      "{}", " \t{}\r", "[]", "0", "-0", "1.5e+10", "01", "1.", ".5", "-", "1e", "1e+", "-01", "2E-3",
+      "tru", "true", "nul", "nullx", "[1,]", "{,}", '{"a":1,}', '{"a" 1}', '{"a":}', "[] []", '"\\x"',
+      '"\\u12G4"', '"\\u00e9"', '"\t"', "\ufeff{}", '{"a":[{"b":null}]}', "[[[[]]]]", "[[[]]", '"\\ud800"',
+      '{"type":"user","message":{"content":"x"}} ', '{"type":"user"}{}', "",
+    ];
+    for (const text of cases) {
+      const b = Buffer.from(text, "utf8");
+      let valid = true;
+      try {
+        JSON.parse(b.toString("utf8"));
+      } catch {
+        valid = false;
+      }
+      const c = new StreamingRowClassifier();
+      c.feed(b);
+      expect([text, c.finish() !== null]).toEqual([text, valid]);
+    }
+  });
+
   it("the streaming classifier agrees with JSON.parse + classifyTranscriptRow for any chunking", () => {
     const mutated = fc
       .tuple(rowArb.map((r) => JSON.stringify(r)), fc.nat(), fc.string({ maxLength: 2 }))

@@ -268,6 +268,8 @@ const R_KEY = 14; // a key string in a tracked object
 const LITERALS = ["true", "false", "null"];
 /** Deepest nesting a streamed row may have; deeper rows are classified "invalid". */
 export const MAX_STREAM_DEPTH = 65_536;
+/** Largest text capture of the streaming classifier (maxTextBytes is clamped to it). */
+export const MAX_STREAM_TEXT_BYTES = 16 * 1024 * 1024;
 const KEY_CAP = 64;
 const SMALL_CAP = MAX_ID_BYTES;
 /** Stands for a string too long to be kept (never equal to a name the rule checks). */
@@ -401,7 +403,8 @@ export class StreamingRowClassifier {
   private sTs: string | null = null;
 
   constructor(maxTextBytes = 8192) {
-    this.max = Math.max(0, Math.floor(maxTextBytes));
+    const m = Math.floor(maxTextBytes);
+    this.max = Number.isFinite(m) ? Math.min(Math.max(0, m), MAX_STREAM_TEXT_BYTES) : MAX_STREAM_TEXT_BYTES;
     this.text = new Uint8Array(this.max);
     this.btext = new Uint8Array(this.max);
   }
@@ -437,6 +440,11 @@ export class StreamingRowClassifier {
   /** True once the bytes fed so far cannot be valid JSON. */
   get failed(): boolean {
     return this.state === S_ERR;
+  }
+
+  /** The text limit this classifier was built with. */
+  get maxTextBytes(): number {
+    return this.max;
   }
 
   /** Feed bytes `b[start..end)` of the row. */
@@ -534,7 +542,7 @@ export class StreamingRowClassifier {
     if (typeof frames !== "string" || frames.length > MAX_STREAM_DEPTH) throw bad();
     for (const k of ["small", "text", "btext"] as const) if (typeof snap[k] !== "string") throw bad();
     const max = n[0];
-    if (max > 64 * 1024 * 1024) throw bad();
+    if (max > MAX_STREAM_TEXT_BYTES) throw bad();
     const c = new StreamingRowClassifier(max);
     const self = c as unknown as Record<string, number>;
     NUM_FIELDS.forEach((k, idx) => {
@@ -542,7 +550,7 @@ export class StreamingRowClassifier {
     });
     // Ranges, so a damaged snapshot is refused here instead of failing later.
     const limits: Partial<Record<(typeof NUM_FIELDS)[number], number>> = {
-      state: S_ERR, role: R_KEY, keyRole: R_KEY, strRole: R_KEY, strKey: 1, esc: 2, hexCount: 3,
+      state: S_ERR, role: R_KEY, keyRole: R_KEY, strRole: R_KEY, strKey: 1, esc: 2, hexCount: 4,
       hex: 0xffff, pendingHigh: 0xdbff, lit: 2, litIdx: 5, num: 7, smallLen: SMALL_CAP, smallOver: 1,
       flags: 2 * F_TS_SET - 1,
     };

@@ -47,7 +47,12 @@
 import { open, stat } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { dirname } from "node:path";
-import { StreamingRowClassifier, type ClassifiedRow, type StreamingRowSnapshot } from "./classify.js";
+import {
+  MAX_STREAM_TEXT_BYTES,
+  StreamingRowClassifier,
+  type ClassifiedRow,
+  type StreamingRowSnapshot,
+} from "./classify.js";
 
 export const DEFAULT_BUDGET_BYTES = 1024 * 1024;
 export const DEFAULT_MAX_TEXT_BYTES = 8 * 1024;
@@ -97,7 +102,7 @@ export interface ScanResult {
 export interface ScanOptions {
   /** Read at most this many bytes per call (default 1 MiB). */
   budgetBytes?: number;
-  /** Keep at most this many UTF-8 bytes of a human turn's text (default 8 KiB). */
+  /** Keep at most this many UTF-8 bytes of a human turn's text (default 8 KiB, at most 16 MiB). */
   maxTextBytes?: number;
   /**
    * Size of the read buffer (default 1 MiB, capped by budgetBytes). An
@@ -170,7 +175,8 @@ export async function scanTranscript(
   opts: ScanOptions = {},
 ): Promise<ScanResult> {
   const budget = positiveInt(opts.budgetBytes, DEFAULT_BUDGET_BYTES);
-  const maxText = Math.max(0, Math.floor(opts.maxTextBytes ?? DEFAULT_MAX_TEXT_BYTES));
+  const mt = opts.maxTextBytes;
+  const maxText = typeof mt === "number" && mt >= 0 ? Math.min(Math.floor(mt), MAX_STREAM_TEXT_BYTES) : DEFAULT_MAX_TEXT_BYTES;
 
   let fh: FileHandle;
   try {
@@ -239,7 +245,9 @@ export async function scanTranscript(
         } else {
           items.push({ ...row, offset: rowStart, end });
         }
-        lexer.reset();
+        // A row resumed from a snapshot used the snapshot's text limit; later rows use this call's.
+        if (resumed && lexer.maxTextBytes !== maxText) lexer = new StreamingRowClassifier(maxText);
+        else lexer.reset();
         rowStart = end;
         resumed = false;
         i = nl + 1;
