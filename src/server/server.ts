@@ -6,7 +6,7 @@ import { Code, ConnectError } from "@connectrpc/connect";
 import { HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import http2 from "node:http2";
-import type { AddressInfo } from "node:net";
+import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { openDatabase, type Synchronous } from "../core/sqlite/database.js";
 import { SqliteStateStore } from "../core/sqlite/sqliteStore.js";
@@ -92,6 +92,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     sessions.add(s);
     s.once("close", () => sessions.delete(s));
   });
+  // A destroyed HTTP/2 session can leave its socket open while a client keeps a stream
+  // unread; the grace deadline ends the sockets themselves.
+  const sockets = new Set<Socket>();
+  server.on("connection", (socket: Socket) => {
+    sockets.add(socket);
+    socket.once("close", () => sockets.delete(socket));
+  });
 
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
@@ -120,6 +127,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
       const timer = setTimeout(() => {
         for (const s of sessions) s.destroy();
+        for (const socket of sockets) socket.destroy();
       }, grace);
       await closed;
       clearTimeout(timer);

@@ -63,7 +63,7 @@ export async function startTestServer(options: Partial<ServerOptions> = {}, prot
   const dir = tempDir();
   const dbPath = join(dir.path, "state.db");
   const start = (o: Partial<ServerOptions>) =>
-    startServer({ port: 0, databasePath: dbPath, logger: silentLogger, pruneIntervalMs: 0, ...o });
+    startServer({ port: 0, databasePath: dbPath, logger: silentLogger, pruneIntervalMs: 0, shutdownGraceMs: 2000, ...o });
   let server = await start(options);
   const t: TestServer = {
     server,
