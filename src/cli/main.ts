@@ -9,6 +9,7 @@ import { parseArgs } from "node:util";
 import { ActorType, EventKind, RunOutcome } from "../../gen/sessionstate/v1/event_pb.js";
 import { GetStatusResponseSchema, StateService, AppendEventsResponseSchema } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService, NoticeSchema } from "../../gen/sessionstate/v1/watch_pb.js";
+import { NoticeSubscription } from "../client/noticeSubscription.js";
 import { createLogger } from "../server/logger.js";
 import { startServer } from "../server/server.js";
 import { ConfigError, serverConfig, SETTINGS } from "./config.js";
@@ -145,24 +146,24 @@ async function tail(args: string[]): Promise<number> {
     options: { agent: { type: "string" }, ack: { type: "boolean", default: false }, server: { type: "string" } },
   });
   if (!values.agent) throw new ConfigError("tail needs --agent");
-  const client = createClient(WatchService, transport(values.server));
-  const abort = new AbortController();
-  process.once("SIGINT", () => abort.abort());
-  try {
-    for await (const msg of client.streamNotices({ agentId: values.agent }, { signal: abort.signal })) {
-      if (msg.message.case !== "notice") continue;
-      const notice = msg.message.value;
+  // Reconnects with backoff and prints each notice once, however often it is replayed.
+  const subscription = new NoticeSubscription(createClient(WatchService, transport(values.server)), {
+    agentId: values.agent,
+    logger: createLogger({ write: (line) => process.stderr.write(line + "\n") }),
+    onNotice: (notice) => {
       process.stdout.write(JSON.stringify(toJson(NoticeSchema, notice)) + "\n");
-      if (values.ack) {
-        await client.ackNotices({
-          watcherSessionKey: notice.watcherSessionKey,
-          acks: [{ contextKey: notice.contextKey, notifiedSequence: notice.notifiedSequence }],
-        });
-      }
-    }
-  } catch (err) {
-    if (!abort.signal.aborted) throw err;
-  }
+      if (values.ack) void subscription.drain(notice.watcherSessionKey);
+    },
+  });
+  await Promise.race([
+    subscription.ended,
+    new Promise<void>((resolve) => {
+      process.once("SIGINT", resolve);
+      process.once("SIGTERM", resolve);
+    }),
+  ]);
+  await subscription.close();
+  if (subscription.failure) throw subscription.failure;
   return 0;
 }
 

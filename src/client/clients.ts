@@ -1,0 +1,51 @@
+/**
+ * Generated clients for a Gateway over one HTTP/2 connection it owns, so closing them
+ * leaves no socket behind.
+ */
+import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import {
+  createConnectTransport,
+  createGrpcTransport,
+  createGrpcWebTransport,
+  Http2SessionManager,
+  type Http2SessionOptions,
+} from "@connectrpc/connect-node";
+import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
+import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
+import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
+
+export type Protocol = "connect" | "grpc" | "grpc-web";
+
+export interface GatewayClientOptions {
+  /** Wire protocol; all three reach the same port. Default "connect". */
+  protocol?: Protocol;
+  /** HTTP/2 keepalive (PING) and idle-connection settings. */
+  http2?: Http2SessionOptions;
+}
+
+export interface GatewayClients {
+  state: Client<typeof StateService>;
+  sessions: Client<typeof SessionService>;
+  watch: Client<typeof WatchService>;
+  transport: Transport;
+  /** Closes the connection; calls still in flight fail. Close subscriptions first. */
+  close(): void;
+}
+
+export function createGatewayClients(baseUrl: string, options: GatewayClientOptions = {}): GatewayClients {
+  const sessionManager = new Http2SessionManager(baseUrl, options.http2);
+  const transportOptions = { baseUrl, httpVersion: "2" as const, sessionManager };
+  const transport =
+    options.protocol === "grpc"
+      ? createGrpcTransport(transportOptions)
+      : options.protocol === "grpc-web"
+        ? createGrpcWebTransport(transportOptions)
+        : createConnectTransport(transportOptions);
+  return {
+    state: createClient(StateService, transport),
+    sessions: createClient(SessionService, transport),
+    watch: createClient(WatchService, transport),
+    transport,
+    close: () => sessionManager.abort(),
+  };
+}

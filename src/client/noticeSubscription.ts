@@ -1,0 +1,443 @@
+/**
+ * A Gateway's live view of the notices for its watchers (SPEC §3.2), over
+ * WatchService.StreamNotices:
+ *
+ * - keeps one stream open, reconnecting with capped exponential backoff and jitter whenever
+ *   it breaks (server shutdown, overflow, network loss, or no heartbeat for too long);
+ * - queues notices like a system-event queue: a notice is queued once per watcher and text,
+ *   so the byte-identical replays that follow every reconnect or service restart are dropped;
+ * - `drain(watcher)` hands a turn the queued notices and acks them, queueing any follow-up
+ *   notice the ack reopens.
+ *
+ * The service's ReplayComplete marker tells when recovery after a (re)connect is done.
+ */
+import { Code, ConnectError, type Client } from "@connectrpc/connect";
+import { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
+import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
+
+export type WatchClient = Client<typeof WatchService>;
+
+export interface BackoffPolicy {
+  /** Delay before the first reconnect, in ms. */
+  initialMs: number;
+  /** Largest delay, in ms. */
+  maxMs: number;
+  /** Growth per failed attempt. */
+  multiplier: number;
+  /** Fraction (0–1) of each delay taken off at random, so Gateways do not reconnect in step. */
+  jitter: number;
+}
+
+export const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 250, maxMs: 30_000, multiplier: 2, jitter: 0.5 };
+/** Three missed heartbeats at the service's default 15 s interval. */
+export const DEFAULT_IDLE_TIMEOUT_MS = 45_000;
+export const DEFAULT_ACK_TIMEOUT_MS = 5_000;
+/** How many acked notice texts are remembered to drop late replays of them. */
+export const DEFAULT_REMEMBER_ACKED = 10_000;
+const MAX_ACKS_PER_CALL = 1_000;
+
+/** Delay before reconnect attempt `attempt` (0 = first): exponential, capped, less up to `jitter` of it. */
+export function backoffDelay(attempt: number, policy: BackoffPolicy, random: () => number = Math.random): number {
+  const base = Math.min(policy.maxMs, policy.initialMs * policy.multiplier ** attempt);
+  return Math.round(base * (1 - policy.jitter * random()));
+}
+
+export interface NoticeSubscriptionOptions {
+  /** Subscribe for every watcher of this agent … */
+  agentId?: string;
+  /** … or for these agent-qualified watcher session keys. Exactly one of the two. */
+  watcherKeys?: string[];
+  /** Reconnect delays; missing fields take DEFAULT_BACKOFF's. */
+  backoff?: Partial<BackoffPolicy>;
+  /** Reconnect when the stream is silent this long, in ms (no notice, no heartbeat). Default 45 s. */
+  idleTimeoutMs?: number;
+  /** Deadline of each AckNotices call, in ms. Default 5 s. */
+  ackTimeoutMs?: number;
+  rememberAcked?: number;
+  /** Default: JSON lines on stderr. */
+  logger?: ClientLogger;
+  /** Called once for every notice queued (the same as `on("notice")`). */
+  onNotice?: (notice: Notice) => void;
+  /** Called for queued notices whose watcher should be woken at once (`notice.wake`). */
+  onWake?: (watcherKey: string, notice: Notice) => void;
+  /** Source of jitter; tests pass a fixed one. */
+  random?: () => number;
+}
+
+export type SubscriptionState =
+  /** Opening a stream and receiving the replay of pending notices. */
+  | "connecting"
+  /** The replay is complete; new notices arrive as they are queued. */
+  | "live"
+  /** The stream broke; waiting out the backoff delay. */
+  | "waiting"
+  /** The service refused the subscription itself (INVALID_ARGUMENT); see `failure`. */
+  | "failed"
+  | "closed";
+
+export interface DisconnectInfo {
+  /** "error": the call failed; "ended": the service ended the stream; "idle": no heartbeat in time. */
+  reason: "error" | "ended" | "idle";
+  /** The Connect code when reason is "error". */
+  code?: Code;
+  message: string;
+  /** 0 for the first failure since the last healthy stream. */
+  attempt: number;
+  retryInMs: number;
+}
+
+export interface SubscriptionEvents {
+  /** A notice was queued (each watcher/text once). */
+  notice: (notice: Notice) => void;
+  /** Every notice the stream delivered, including the duplicates the queue dropped. */
+  received: (notice: Notice, duplicate: boolean) => void;
+  /** The service finished replaying pending notices; `queued` of the `replayed` were new here. */
+  recovered: (info: { replayed: number; queued: number }) => void;
+  disconnected: (info: DisconnectInfo) => void;
+  state: (state: SubscriptionState) => void;
+}
+
+type Listeners = { [E in keyof SubscriptionEvents]: Set<SubscriptionEvents[E]> };
+
+/** Identity of a notice in the local queue: the same text for the same watcher is the same notice. */
+const textKey = (n: Notice) => `${n.watcherSessionKey}\n${n.text}`;
+const samePair = (a: Notice, b: Notice) =>
+  a.watcherSessionKey === b.watcherSessionKey && a.targetAgentId === b.targetAgentId && a.targetSessionKey === b.targetSessionKey;
+
+export class NoticeSubscription implements AsyncIterable<Notice> {
+  private readonly request: { agentId: string; watcherSessionKeys: string[] };
+  private readonly backoff: BackoffPolicy;
+  private readonly idleTimeoutMs: number;
+  private readonly ackTimeoutMs: number;
+  private readonly logger: ClientLogger;
+  private readonly random: () => number;
+  private readonly onWake?: (watcherKey: string, notice: Notice) => void;
+
+  /** Queued notices per watcher, oldest first. */
+  private readonly queued = new Map<string, Notice[]>();
+  /** Drained notices whose ack the service has not confirmed yet, per watcher. */
+  private readonly unacked = new Map<string, Notice[]>();
+  /** Text keys of notices queued or awaiting ack. */
+  private readonly held = new Set<string>();
+  /** Text keys of acked notices: a text never recurs once acked (last seen only grows). */
+  private readonly acked: RecentKeys;
+  private readonly ackChains = new Map<string, Promise<void>>();
+
+  private readonly listeners: Listeners = { notice: new Set(), received: new Set(), recovered: new Set(), disconnected: new Set(), state: new Set() };
+  private current: SubscriptionState = "connecting";
+  private stopping = false;
+  private attempt = 0;
+  private streamAbort?: AbortController;
+  private cancelWait?: () => void;
+  private closing?: Promise<void>;
+  private failureError?: ConnectError;
+  private readonly loop: Promise<void>;
+
+  constructor(
+    private readonly client: WatchClient,
+    options: NoticeSubscriptionOptions,
+  ) {
+    const byAgent = options.agentId !== undefined && options.agentId !== "";
+    const byKeys = options.watcherKeys !== undefined && options.watcherKeys.length > 0;
+    if (byAgent === byKeys) throw new TypeError("NoticeSubscription: give exactly one of agentId and watcherKeys");
+    this.request = { agentId: options.agentId ?? "", watcherSessionKeys: options.watcherKeys ?? [] };
+    this.backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
+    const b = this.backoff;
+    if (!(b.initialMs >= 0 && b.maxMs >= b.initialMs && b.multiplier >= 1 && b.jitter >= 0 && b.jitter <= 1)) {
+      throw new RangeError("NoticeSubscription: backoff needs 0 <= initialMs <= maxMs, multiplier >= 1 and 0 <= jitter <= 1");
+    }
+    this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
+    this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
+    this.acked = new RecentKeys(options.rememberAcked ?? DEFAULT_REMEMBER_ACKED);
+    this.logger = options.logger ?? stderrLogger;
+    this.random = options.random ?? Math.random;
+    this.onWake = options.onWake;
+    if (options.onNotice) this.on("notice", options.onNotice);
+    this.loop = this.run();
+  }
+
+  get state(): SubscriptionState {
+    return this.current;
+  }
+
+  /** Why the service refused the subscription, when state is "failed". */
+  get failure(): ConnectError | undefined {
+    return this.failureError;
+  }
+
+  /** Resolves when the subscription stops streaming: after close(), or once it failed. */
+  get ended(): Promise<void> {
+    return this.loop;
+  }
+
+  /** Registers a listener; returns a function that removes it. */
+  on<E extends keyof SubscriptionEvents>(event: E, listener: SubscriptionEvents[E]): () => void {
+    const set = this.listeners[event] as Set<SubscriptionEvents[E]>;
+    set.add(listener);
+    return () => set.delete(listener);
+  }
+
+  /** The queued notices (of one watcher, or of all), without draining them. */
+  pending(watcherKey?: string): Notice[] {
+    if (watcherKey !== undefined) return [...(this.queued.get(watcherKey) ?? [])];
+    return [...this.queued.values()].flat();
+  }
+
+  /**
+   * A turn of `watcherKey` takes its queued notices: they leave the queue and are acked
+   * (by context key and notified sequence, so a retried ack never swallows a reopened
+   * notice). A follow-up the ack reopens is queued. Never throws; an ack that fails is
+   * logged and retried on the next drain, after the next reconnect, and on close.
+   */
+  async drain(watcherKey: string): Promise<Notice[]> {
+    const taken = this.queued.get(watcherKey) ?? [];
+    this.queued.delete(watcherKey);
+    if (taken.length > 0) this.unacked.set(watcherKey, [...(this.unacked.get(watcherKey) ?? []), ...taken]);
+    if (this.unacked.has(watcherKey)) await this.flushAcks(watcherKey);
+    return taken;
+  }
+
+  /** Notices queued from now on, until close(). Each iteration has its own buffer. */
+  async *[Symbol.asyncIterator](): AsyncGenerator<Notice> {
+    const buffer: Notice[] = [];
+    let wake: (() => void) | undefined;
+    const offNotice = this.on("notice", (n) => {
+      buffer.push(n);
+      wake?.();
+    });
+    const offState = this.on("state", () => wake?.());
+    try {
+      for (;;) {
+        if (buffer.length > 0) {
+          yield buffer.shift()!;
+          continue;
+        }
+        if (this.current === "closed" || this.current === "failed") return;
+        await new Promise<void>((resolve) => (wake = resolve));
+        wake = undefined;
+      }
+    } finally {
+      offNotice();
+      offState();
+    }
+  }
+
+  /**
+   * Ends the stream and any backoff wait, makes a last attempt to deliver pending acks, and
+   * resolves when nothing of the subscription is left running. Idempotent.
+   */
+  close(): Promise<void> {
+    return (this.closing ??= (async () => {
+      this.stopping = true;
+      this.streamAbort?.abort();
+      this.cancelWait?.();
+      await this.loop;
+      await Promise.all([...this.unacked.keys()].map((w) => this.flushAcks(w)));
+      await Promise.all(this.ackChains.values());
+      this.setState("closed");
+    })());
+  }
+
+  private async run(): Promise<void> {
+    while (!this.stopping) {
+      const end = await this.streamOnce();
+      if (this.stopping) return;
+      if (end.reason === "error" && end.code === Code.InvalidArgument) {
+        // The selector itself is wrong; retrying cannot fix it.
+        this.failureError = new ConnectError(end.message, end.code);
+        safeLog(this.logger, "error", "notice subscription refused", { code: Code[end.code], error: end.message, ...this.request });
+        this.setState("failed");
+        return;
+      }
+      const info: DisconnectInfo = { ...end, attempt: this.attempt, retryInMs: backoffDelay(this.attempt, this.backoff, this.random) };
+      this.attempt += 1;
+      safeLog(this.logger, "warn", "notice stream disconnected", {
+        ...info,
+        code: info.code === undefined ? undefined : Code[info.code],
+      });
+      this.setState("waiting");
+      this.emit("disconnected", info);
+      await this.wait(info.retryInMs);
+    }
+  }
+
+  /** One stream, from open to break. */
+  private async streamOnce(): Promise<Omit<DisconnectInfo, "attempt" | "retryInMs">> {
+    const abort = new AbortController();
+    this.streamAbort = abort;
+    let idle = false;
+    let idleTimer: NodeJS.Timeout | undefined;
+    // Armed before the call too, so a connect that hangs is also caught.
+    const armIdle = () => {
+      clearTimeout(idleTimer);
+      idleTimer = setTimeout(() => {
+        idle = true;
+        abort.abort();
+      }, this.idleTimeoutMs);
+    };
+    let replaying = true;
+    let queuedInReplay = 0;
+    try {
+      armIdle();
+      this.setState("connecting");
+      for await (const msg of this.client.streamNotices(this.request, { signal: abort.signal })) {
+        armIdle();
+        switch (msg.message.case) {
+          case "notice":
+            if (this.offer(msg.message.value) && replaying) queuedInReplay += 1;
+            break;
+          case "replayComplete":
+            replaying = false;
+            this.attempt = 0; // a healthy stream: the next failure starts the backoff afresh
+            this.setState("live");
+            safeLog(this.logger, "info", "notice stream recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
+            this.emit("recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
+            for (const watcherKey of this.unacked.keys()) void this.flushAcks(watcherKey);
+            break;
+          case "heartbeat":
+            break;
+        }
+      }
+      return { reason: "ended", message: "the service ended the stream" };
+    } catch (err) {
+      if (idle) return { reason: "idle", message: `no message for ${this.idleTimeoutMs} ms` };
+      const error = ConnectError.from(err);
+      return { reason: "error", code: error.code, message: error.rawMessage };
+    } finally {
+      clearTimeout(idleTimer);
+      this.streamAbort = undefined;
+    }
+  }
+
+  /** Queues a notice unless this watcher already has it (by text). Returns whether it was queued. */
+  private offer(notice: Notice): boolean {
+    const key = textKey(notice);
+    let duplicate = this.held.has(key) || this.acked.has(key);
+    if (!duplicate) duplicate = !this.replaceOlder(notice);
+    this.emit("received", notice, duplicate);
+    if (duplicate) return false;
+    const queue = this.queued.get(notice.watcherSessionKey) ?? [];
+    queue.push(notice);
+    this.queued.set(notice.watcherSessionKey, queue);
+    this.held.add(key);
+    this.emit("notice", notice);
+    if (notice.wake && this.onWake) this.call("onWake", () => this.onWake!(notice.watcherSessionKey, notice));
+    return true;
+  }
+
+  /**
+   * The service keeps one pending notice per watcher and target, so a newer notice for a pair
+   * that still has one queued means the queued one was acked elsewhere (another Gateway):
+   * it is replaced. Returns false when the arriving notice is the older one.
+   */
+  private replaceOlder(notice: Notice): boolean {
+    const queue = this.queued.get(notice.watcherSessionKey);
+    const i = queue?.findIndex((q) => samePair(q, notice)) ?? -1;
+    if (i < 0) return true;
+    if (queue![i].notifiedSequence >= notice.notifiedSequence) return false;
+    const [stale] = queue!.splice(i, 1);
+    this.held.delete(textKey(stale));
+    this.acked.add(textKey(stale));
+    return true;
+  }
+
+  /** Acks are sent one call at a time per watcher, in drain order. */
+  private flushAcks(watcherKey: string): Promise<void> {
+    const next = (this.ackChains.get(watcherKey) ?? Promise.resolve()).then(() => this.sendAcks(watcherKey));
+    this.ackChains.set(watcherKey, next);
+    void next.then(() => {
+      if (this.ackChains.get(watcherKey) === next) this.ackChains.delete(watcherKey);
+    });
+    return next;
+  }
+
+  private async sendAcks(watcherKey: string): Promise<void> {
+    const notices = this.unacked.get(watcherKey) ?? [];
+    for (let start = 0; start < notices.length; start += MAX_ACKS_PER_CALL) {
+      const batch = notices.slice(start, start + MAX_ACKS_PER_CALL);
+      try {
+        const response = await this.client.ackNotices(
+          {
+            watcherSessionKey: watcherKey,
+            acks: batch.map((n) => ({ contextKey: n.contextKey, notifiedSequence: n.notifiedSequence })),
+          },
+          { timeoutMs: this.ackTimeoutMs },
+        );
+        this.settle(watcherKey, batch);
+        for (const result of response.results) if (result.reopened) this.offer(result.reopened);
+      } catch (err) {
+        const error = ConnectError.from(err);
+        // An invalid ack stays invalid; anything else (unreachable, deadline) is retried later.
+        const dropped = error.code === Code.InvalidArgument;
+        if (dropped) this.settle(watcherKey, batch);
+        safeLog(this.logger, dropped ? "error" : "warn", dropped ? "notice ack refused" : "notice ack failed; will retry", {
+          watcherKey,
+          notices: batch.length,
+          code: Code[error.code],
+          error: error.rawMessage,
+        });
+        return;
+      }
+    }
+  }
+
+  /** These drained notices are done with: forget them, but remember their texts. */
+  private settle(watcherKey: string, done: Notice[]): void {
+    const rest = (this.unacked.get(watcherKey) ?? []).filter((n) => !done.includes(n));
+    if (rest.length > 0) this.unacked.set(watcherKey, rest);
+    else this.unacked.delete(watcherKey);
+    for (const n of done) {
+      this.held.delete(textKey(n));
+      this.acked.add(textKey(n));
+    }
+  }
+
+  private wait(ms: number): Promise<void> {
+    if (this.stopping) return Promise.resolve();
+    return new Promise<void>((resolve) => {
+      const timer = setTimeout(done, ms);
+      this.cancelWait = done;
+      function done() {
+        clearTimeout(timer);
+        resolve();
+      }
+    }).then(() => {
+      this.cancelWait = undefined;
+    });
+  }
+
+  private setState(state: SubscriptionState): void {
+    if (this.current === state) return;
+    this.current = state;
+    this.emit("state", state);
+  }
+
+  private emit<E extends keyof SubscriptionEvents>(event: E, ...args: Parameters<SubscriptionEvents[E]>): void {
+    for (const listener of this.listeners[event]) {
+      this.call(event, () => (listener as (...a: Parameters<SubscriptionEvents[E]>) => void)(...args));
+    }
+  }
+
+  /** Runs a caller's callback; its failure is logged, never allowed to break the stream. */
+  private call(name: string, fn: () => void): void {
+    try {
+      fn();
+    } catch (err) {
+      safeLog(this.logger, "error", "notice subscription callback threw", { callback: name, error: String(err) });
+    }
+  }
+}
+
+/** A bounded set that forgets its oldest keys first. */
+class RecentKeys {
+  private readonly keys = new Set<string>();
+  constructor(private readonly limit: number) {}
+  has(key: string): boolean {
+    return this.keys.has(key);
+  }
+  add(key: string): void {
+    this.keys.delete(key);
+    this.keys.add(key);
+    if (this.keys.size > this.limit) this.keys.delete(this.keys.values().next().value!);
+  }
+}
