@@ -15,6 +15,10 @@ import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { HealthStatus } from "./health.js";
 import { PRODUCT_SERVICES, routes } from "./routes.js";
+import { checkExposure, type Exposure } from "./auth/exposure.js";
+import { authorization } from "./auth/interceptor.js";
+import type { Authenticator } from "./auth/tokens.js";
+import { createSecureListener, type TlsOptions } from "./tls.js";
 
 export interface ServerOptions {
   /** Interface to bind; default 127.0.0.1. */
@@ -38,6 +42,12 @@ export interface ServerOptions {
   logger?: Logger;
   /** The service clock; tests inject one to move time. */
   clock?: () => number;
+  /** Bearer tokens (a TokenFile or TokenTable). Absent = no authentication, loopback only. */
+  tokens?: Authenticator;
+  /** Without tokens, allow a non-loopback host anyway (everyone who reaches the port may do anything). */
+  insecure?: boolean;
+  /** Serve TLS (HTTP/2 and, through ALPN, HTTP/1.1) instead of cleartext h2c. */
+  tls?: TlsOptions;
 }
 
 export interface RunningServer {
@@ -61,6 +71,8 @@ export const DEFAULTS = {
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
   const logger = options.logger ?? createLogger();
+  // Before anything is opened: an exposed server without tokens never starts.
+  const exposure = checkExposure(options.host ?? DEFAULTS.host, options.tokens !== undefined, options.insecure ?? false);
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
   const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
   const core = new SessionState({
@@ -81,12 +93,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
     }, health),
-    interceptors: [errorMapping(logger)],
+    interceptors: [errorMapping(logger), ...(options.tokens ? [authorization(options.tokens, logger)] : [])],
     readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
     shutdownSignal: shutdown.signal,
   });
-  const server = http2.createServer(handler);
+  const secure = options.tls ? createSecureListener(handler, options.tls) : undefined;
+  const server = secure?.server ?? http2.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);
@@ -108,8 +121,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     });
   });
   const address = server.address() as AddressInfo;
-  const url = `http://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
+  const url = `${secure ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
   logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"] });
+  logExposure(logger, exposure.kind, url, options.tokens);
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
@@ -124,6 +138,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       shutdown.abort(new ConnectError("server is shutting down", Code.Unavailable));
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const s of sessions) s.close();
+      secure?.closeHttp1Connections();
       const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
       const timer = setTimeout(() => {
         for (const s of sessions) s.destroy();
@@ -136,6 +151,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     })());
 
   return { port: address.port, url, core, close };
+}
+
+function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {
+  if (kind === "authenticated") logger.info("authentication on: bearer tokens required", { url, tokens: tokens!.roles() });
+  else if (kind === "loopback-only") logger.warn("authentication off: no token file, so serving on loopback only", { url });
+  else logger.warn("authentication off on a non-loopback address (--insecure): anyone who reaches the port may do anything", { url });
 }
 
 async function runPrune(core: SessionState, logger: Logger): Promise<void> {
