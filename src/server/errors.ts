@@ -19,6 +19,10 @@ const CODES: Record<DomainErrorKind, Code> = {
 export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof DomainError) return new ConnectError(err.message, CODES[err.kind]);
+  // The client went away mid-stream: nothing failed on our side.
+  if ((err as NodeJS.ErrnoException)?.code === "ERR_STREAM_PREMATURE_CLOSE") {
+    return new ConnectError("client closed the stream", Code.Canceled);
+  }
   logger.error("internal error", { procedure, error: String(err), stack: (err as Error)?.stack });
   return new ConnectError("internal error", Code.Internal);
 }
