@@ -197,29 +197,46 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     return taken;
   }
 
-  /** Notices queued from now on, until close(). Each iteration has its own buffer. */
-  async *[Symbol.asyncIterator](): AsyncGenerator<Notice> {
+  /**
+   * Notices queued from the moment the iterator is created, until close(). Each iterator
+   * has its own buffer.
+   */
+  [Symbol.asyncIterator](): AsyncIterator<Notice> {
     const buffer: Notice[] = [];
-    let wake: (() => void) | undefined;
-    const offNotice = this.on("notice", (n) => {
-      buffer.push(n);
-      wake?.();
-    });
-    const offState = this.on("state", () => wake?.());
-    try {
-      for (;;) {
-        if (buffer.length > 0) {
-          yield buffer.shift()!;
-          continue;
-        }
-        if (this.current === "closed" || this.current === "failed") return;
-        await new Promise<void>((resolve) => (wake = resolve));
-        wake = undefined;
-      }
-    } finally {
+    let waiting: ((result: IteratorResult<Notice>) => void) | undefined;
+    let stopped = false;
+    const done = (): IteratorResult<Notice> => ({ done: true, value: undefined });
+    const stop = () => {
+      stopped = true;
       offNotice();
       offState();
-    }
+      waiting?.(done());
+      waiting = undefined;
+    };
+    const offNotice = this.on("notice", (notice) => {
+      if (waiting) {
+        waiting({ done: false, value: notice });
+        waiting = undefined;
+      } else {
+        buffer.push(notice);
+      }
+    });
+    const offState = this.on("state", (state) => {
+      if (state === "closed" || state === "failed") stop();
+    });
+    if (this.current === "closed" || this.current === "failed") stop();
+    return {
+      next: async () => {
+        if (buffer.length > 0) return { done: false, value: buffer.shift()! };
+        if (stopped) return done();
+        return new Promise<IteratorResult<Notice>>((resolve) => (waiting = resolve));
+      },
+      return: async () => {
+        buffer.length = 0;
+        stop();
+        return done();
+      },
+    };
   }
 
   /**
