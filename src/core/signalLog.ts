@@ -18,11 +18,12 @@ export function clampOccurredAt(occurredAt: number | undefined, now: number): nu
  */
 export function humanTurnGate(
   draft: EventDraft,
-  hasParent: boolean,
-  hasCursorWatchers: boolean,
+  hasParent: () => boolean,
+  hasCursorWatchers: () => boolean,
 ): { record: true } | { record: false; reason: string } {
+  // The lookups are thunks: most appends are not human turns and need neither.
   if (draft.kind !== "human_direct_message") return { record: true };
-  if (hasParent || hasCursorWatchers || draft.watcherKeys.length > 0) return { record: true };
+  if (draft.watcherKeys.length > 0 || hasParent() || hasCursorWatchers()) return { record: true };
   return { record: false, reason: "human_direct_message on a session with no parent and no watcher" };
 }
 

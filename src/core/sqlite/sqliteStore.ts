@@ -156,8 +156,8 @@ export class SqliteStateStore implements StateStore {
     }
     const gate = humanTurnGate(
       draft,
-      this.parentKeyOf(draft.session) !== "",
-      this.stmt.hasCursorOnTarget.get(agentId, sessionKey) !== undefined,
+      () => this.parentKeyOf(draft.session) !== "",
+      () => this.stmt.hasCursorOnTarget.get(agentId, sessionKey) !== undefined,
     );
     if (!gate.record) {
       return {
