@@ -20,7 +20,8 @@ import {
 } from "../src/client/index.js";
 
 const { values } = parseArgs({ options: { server: { type: "string", default: "http://127.0.0.1:8080" } } });
-const say = (step: string, detail: unknown) => process.stdout.write(`${step.padEnd(10)} ${typeof detail === "string" ? detail : JSON.stringify(detail)}\n`);
+const json = (value: unknown) => JSON.stringify(value, (_key, v) => (typeof v === "bigint" ? v.toString() : v));
+const say = (step: string, detail: unknown) => process.stdout.write(`${step.padEnd(10)} ${typeof detail === "string" ? detail : json(detail)}\n`);
 
 const run = randomBytes(3).toString("hex");
 const main = `agent:demo${run}:main`;
@@ -31,23 +32,21 @@ const clients = createGatewayClients(values.server!);
 await clients.sessions.upsertSession({ session: { sessionKey: main }, kind: SessionKind.MAIN, label: "demo main" });
 say("upsert", main);
 
+let noticesReceived = 0;
 let woken!: (n: Notice) => void;
-const firstNotice = new Promise<Notice>((resolve) => (woken = resolve));
+const wake = new Promise<Notice>((resolve) => (woken = resolve));
 const subscription = new NoticeSubscription(clients.watch, {
   watcherKeys: [main],
-  onNotice: (n) => say("notice", { text: n.text, wake: n.wake, changesSince: n.changesSince.toString() }),
-  // A main session is woken at once; a nested watcher would wait for its next turn.
-  onWake: (watcher, n) => {
-    say("wake", watcher);
-    woken(n);
-  },
+  onNotice: () => noticesReceived++,
+  // A main session is woken at once (heartbeat wake); a nested watcher would wait for its next turn.
+  onWake: (_watcher, n) => woken(n),
 });
 await new Promise<void>((resolve) => subscription.on("recovered", () => resolve()));
 say("subscribed", `state=${subscription.state}`);
 
 // 2. The main session spawns a child: its cursor on the child starts at child_spawned.
 const spawned = await clients.sessions.spawnSession({ parent: { sessionKey: main }, childSessionKey: child, kind: SessionKind.OTHER });
-say("spawn", { child, spawnSequence: spawned.spawnEvent?.sequence.toString(), parentWatching: spawned.parentWatching });
+say("spawn", { child, spawnSequence: spawned.spawnEvent?.sequence, parentWatching: spawned.parentWatching });
 
 // 3. A person writes straight into the child (reported by the Gateway that hosts it).
 const recorded = await recordEvent(
@@ -55,19 +54,20 @@ const recorded = await recordEvent(
   { session: { sessionKey: child }, kind: EventKind.HUMAN_DIRECT_MESSAGE, actorType: ActorType.HUMAN, summary: "human message via telegram", payload: { channel: "telegram" } },
   { dedupeKey: `demo-${run}-msg-1` },
 );
-say("record", { ...recorded, ...("sequence" in recorded ? { sequence: recorded.sequence.toString(), stateVersion: recorded.stateVersion.toString() } : {}) });
+say("record", recorded);
 
-// 4. The main session's turn: one notice, reconcile the exact delta, then drain (ack).
-const notice = await firstNotice;
+// 4. The main session is woken; its turn sees one notice, reconciles the exact delta, then drains (acks).
+const notice = await wake;
+say("wake", { watcher: notice.watcherSessionKey, text: notice.text, changesSince: notice.changesSince });
 const status = await clients.state.getStatus({ session: { sessionKey: notice.targetSessionKey }, changesSince: notice.changesSince });
 say("reconcile", {
-  stateVersion: status.stateVersion.toString(),
+  stateVersion: status.stateVersion,
   events: status.stateChanges?.events.map((e) => `${e.sequence} ${EventKind[e.kind]} ${ActorType[e.actorType]}: ${e.summary}`),
   historyGap: status.stateChanges?.historyGap,
 });
 const drained = await subscription.drain(main);
 const cursor = (await clients.watch.listWatchCursors({ selector: { case: "watcherSessionKey", value: main } })).cursors[0];
-say("drain", { drained: drained.length, lastSeen: cursor?.lastSeenSequence.toString(), pending: cursor?.noticePending, queued: subscription.pending(main).length });
+say("drain", { noticesReceived, drained: drained.length, lastSeen: cursor?.lastSeenSequence, pending: cursor?.noticePending, queued: subscription.pending(main).length });
 
 await subscription.close();
 clients.close();
