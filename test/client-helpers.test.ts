@@ -214,6 +214,23 @@ describe("NoticeSubscription", () => {
     expect(await sub.drain(MAIN)).toEqual([]);
   });
 
+  it("a notice acked by another Gateway is replaced by the follow-up, not kept beside it", async () => {
+    const t = await server();
+    await upsertMain(t);
+    await spawnChild(t, "agent:main:subagent:a");
+    await humanWrites(t, "agent:main:subagent:a");
+    const later = await humanWrites(t, "agent:main:subagent:a");
+    const { sub: mine } = await subscribed(gateway(t.url));
+    const { sub: theirs } = await subscribed(gateway(t.url));
+    const [stale] = mine.pending(MAIN);
+
+    const followUp = nextEvent(mine, "notice");
+    expect(await theirs.drain(MAIN)).toHaveLength(1);
+    expect((await followUp)[0]).toMatchObject({ changesSince: stale.notifiedSequence, notifiedSequence: later });
+    expect(mine.pending(MAIN).map((n) => n.notifiedSequence)).toEqual([later]);
+    expect(theirs.pending(MAIN).map((n) => n.notifiedSequence)).toEqual([later]);
+  });
+
   it("reconnects with backoff after the service restarts on the same port and database; replays are not queued twice", async () => {
     const t = await server({ shutdownGraceMs: 200 });
     const c = gateway(t.url);

@@ -101,8 +101,7 @@ type Listeners = { [E in keyof SubscriptionEvents]: Set<SubscriptionEvents[E]> }
 
 /** Identity of a notice in the local queue: the same text for the same watcher is the same notice. */
 const textKey = (n: Notice) => `${n.watcherSessionKey}\n${n.text}`;
-const samePair = (a: Notice, b: Notice) =>
-  a.watcherSessionKey === b.watcherSessionKey && a.targetAgentId === b.targetAgentId && a.targetSessionKey === b.targetSessionKey;
+const targetOf = (n: Notice) => `${n.targetAgentId}\n${n.targetSessionKey}`;
 
 export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly request: { agentId: string; watcherSessionKeys: string[] };
@@ -113,8 +112,8 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly random: () => number;
   private readonly onWake?: (watcherKey: string, notice: Notice) => void;
 
-  /** Queued notices per watcher, oldest first. */
-  private readonly queued = new Map<string, Notice[]>();
+  /** Queued notices per watcher, by target (one per pair, like the service), oldest first. */
+  private readonly queued = new Map<string, Map<string, Notice>>();
   /** Drained notices whose ack the service has not confirmed yet, per watcher. */
   private readonly unacked = new Map<string, Notice[]>();
   /** Text keys of notices queued or awaiting ack. */
@@ -179,8 +178,8 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
 
   /** The queued notices (of one watcher, or of all), without draining them. */
   pending(watcherKey?: string): Notice[] {
-    if (watcherKey !== undefined) return [...(this.queued.get(watcherKey) ?? [])];
-    return [...this.queued.values()].flat();
+    if (watcherKey !== undefined) return [...(this.queued.get(watcherKey)?.values() ?? [])];
+    return [...this.queued.values()].flatMap((q) => [...q.values()]);
   }
 
   /**
@@ -190,7 +189,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
    * logged and retried on the next drain, after the next reconnect, and on close.
    */
   async drain(watcherKey: string): Promise<Notice[]> {
-    const taken = this.queued.get(watcherKey) ?? [];
+    const taken = [...(this.queued.get(watcherKey)?.values() ?? [])];
     this.queued.delete(watcherKey);
     if (taken.length > 0) this.unacked.set(watcherKey, [...(this.unacked.get(watcherKey) ?? []), ...taken]);
     if (this.unacked.has(watcherKey)) await this.flushAcks(watcherKey);
@@ -333,8 +332,8 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     if (!duplicate) duplicate = !this.replaceOlder(notice);
     this.emit("received", notice, duplicate);
     if (duplicate) return false;
-    const queue = this.queued.get(notice.watcherSessionKey) ?? [];
-    queue.push(notice);
+    const queue = this.queued.get(notice.watcherSessionKey) ?? new Map<string, Notice>();
+    queue.set(targetOf(notice), notice);
     this.queued.set(notice.watcherSessionKey, queue);
     this.held.add(key);
     this.emit("notice", notice);
@@ -349,10 +348,10 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
    */
   private replaceOlder(notice: Notice): boolean {
     const queue = this.queued.get(notice.watcherSessionKey);
-    const i = queue?.findIndex((q) => samePair(q, notice)) ?? -1;
-    if (i < 0) return true;
-    if (queue![i].notifiedSequence >= notice.notifiedSequence) return false;
-    const [stale] = queue!.splice(i, 1);
+    const stale = queue?.get(targetOf(notice));
+    if (stale === undefined) return true;
+    if (stale.notifiedSequence >= notice.notifiedSequence) return false;
+    queue!.delete(targetOf(notice));
     this.held.delete(textKey(stale));
     this.acked.add(textKey(stale));
     return true;
