@@ -155,6 +155,8 @@ describe.each(versions)("grpc.reflection.%s", (_version, ask) => {
     expect([...names].sort()).toEqual([
       "google/protobuf/timestamp.proto",
       "sessionstate/v1/event.proto",
+      "sessionstate/v1/message.proto",
+      "sessionstate/v1/requester.proto",
       "sessionstate/v1/session.proto",
       "sessionstate/v1/state.proto",
     ]);

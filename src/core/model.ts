@@ -3,6 +3,7 @@
  * the server maps them to protobuf messages, the store maps them to rows.
  */
 import type { SessionId } from "./keys.js";
+import type { VisibilityScope } from "./transcript/visibility.js";
 
 export const EVENT_KINDS = [
   "human_direct_message",
@@ -87,6 +88,8 @@ export interface SessionHead {
 export const SESSION_KINDS = ["main", "group", "cron", "hook", "node", "other"] as const;
 export type SessionKind = (typeof SESSION_KINDS)[number];
 export type RunStatus = "idle" | "running" | "completed" | "failed";
+export const THINKING_LEVELS = ["off", "minimal", "low", "medium", "high", "xhigh"] as const;
+export type ThinkingLevel = (typeof THINKING_LEVELS)[number];
 
 export interface DeliveryRoute {
   channel: string;
@@ -116,6 +119,10 @@ export interface SessionRecord {
   updatedAt: number;
   origin?: DeliveryRoute;
   deliveryContext?: DeliveryRoute;
+  /** Set by PatchSession; undefined = none. */
+  sidebarIcon?: string;
+  /** Set by PatchSession; undefined = the agent's default. */
+  thinkingLevel?: ThinkingLevel;
 }
 
 /** Fields an upsert sets; undefined keeps the current value (or the default on create). */
@@ -145,6 +152,8 @@ export interface SessionFilter {
   updatedSince: number;
   archived: boolean;
   limit: number;
+  /** Only sessions in this visibility scope (applied before limit); undefined = every session. */
+  scope?: VisibilityScope;
 }
 
 export type WatchProvenance = "implicit_spawn" | "explicit";

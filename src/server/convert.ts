@@ -14,6 +14,7 @@ import {
   SessionKindSchema,
   SessionListEntrySchema,
   SessionSchema,
+  ThinkingLevelSchema,
   type DeliveryRoute,
   type Session,
   type SessionListEntry,
@@ -21,7 +22,7 @@ import {
 import { NoticeSchema, WatchCursorSchema, WatchProvenanceSchema, type Notice, type WatchCursor } from "../../gen/sessionstate/v1/watch_pb.js";
 
 /** Two-way map between a proto enum and the core's lowercase names. */
-class EnumCodec<T extends string> {
+export class EnumCodec<T extends string> {
   private readonly toName = new Map<number, T>();
   private readonly toNumber = new Map<string, number>();
 
@@ -60,6 +61,7 @@ export const runOutcomes = new EnumCodec<core.RunOutcome>(RunOutcomeSchema);
 export const sessionKinds = new EnumCodec<core.SessionKind>(SessionKindSchema);
 export const runStatuses = new EnumCodec<core.RunStatus>(RunStatusSchema);
 export const provenances = new EnumCodec<core.WatchProvenance>(WatchProvenanceSchema);
+export const thinkingLevels = new EnumCodec<core.ThinkingLevel>(ThinkingLevelSchema);
 
 /** int64 fields arrive as bigint; the core counts in safe integers. */
 export function int64(field: string, value: bigint): number {
@@ -134,6 +136,8 @@ function listFields(s: core.SessionRecord) {
     pinned: s.pinned,
     stateVersion: BigInt(s.stateVersion),
     updatedAt: timestampFromMs(s.updatedAt),
+    sidebarIcon: s.sidebarIcon ?? "",
+    thinkingLevel: s.thinkingLevel === undefined ? 0 : thinkingLevels.number(s.thinkingLevel),
   };
 }
 

@@ -1,23 +1,28 @@
 /** Every route the server serves, in one place. */
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { SessionState } from "../core/sessionState.js";
+import type { SessionTools } from "../core/sessionTools.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
+import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
+import type { Logger } from "./logger.js";
 import { sessionService } from "./services/sessionService.js";
 import { stateService } from "./services/stateService.js";
+import { transcriptService } from "./services/transcriptService.js";
 import { watchService, type StreamSettings } from "./services/watchService.js";
 import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
-export const PRODUCT_SERVICES = [StateService, SessionService, WatchService] as const;
+export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService] as const;
 
-export function routes(core: SessionState, streams: StreamSettings, health: HealthStatus) {
+export function routes(core: SessionState, streams: StreamSettings, health: HealthStatus, tools: SessionTools, logger: Logger) {
   return (router: ConnectRouter) => {
-    router.service(StateService, stateService(core));
-    router.service(SessionService, sessionService(core));
+    router.service(StateService, stateService(core, tools));
+    router.service(SessionService, sessionService(core, tools, logger));
     router.service(WatchService, watchService(core, streams));
+    router.service(TranscriptService, transcriptService(tools));
     registerHealth(router, health);
     registerReflection(router, [...PRODUCT_SERVICES]);
   };

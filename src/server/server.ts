@@ -10,6 +10,10 @@ import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { openDatabase, type Synchronous } from "../core/sqlite/database.js";
 import { SqliteStateStore } from "../core/sqlite/sqliteStore.js";
+import { SqliteSettingsStore } from "../core/sqlite/settingsStore.js";
+import { SqliteTranscriptStore } from "../core/sqlite/transcriptStore.js";
+import { SessionTools } from "../core/sessionTools.js";
+import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/store.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -48,12 +52,16 @@ export interface ServerOptions {
   insecure?: boolean;
   /** Serve TLS (HTTP/2 and, through ALPN, HTTP/1.1) instead of cleartext h2c. */
   tls?: TlsOptions;
+  /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
+  redactPatterns?: string[];
 }
 
 export interface RunningServer {
   readonly port: number;
   readonly url: string;
   readonly core: SessionState;
+  /** The session tools (transcripts, visibility, patch, groups) over the same database. */
+  readonly tools: SessionTools;
   /** Stops accepting, lets in-flight calls finish (streams end with UNAVAILABLE), closes the database. */
   close(): Promise<void>;
 }
@@ -73,12 +81,21 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const logger = options.logger ?? createLogger();
   // Before anything is opened: an exposed server without tokens never starts.
   const exposure = checkExposure(options.host ?? DEFAULTS.host, options.tokens !== undefined, options.insecure ?? false);
+  // Also before the database opens: an invalid extra pattern fails the start.
+  const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
   const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
   const core = new SessionState({
     store: new SqliteStateStore(db),
     clock: options.clock,
     retention: options.retention ?? DEFAULT_RETENTION,
+  });
+  const transcripts = new SqliteTranscriptStore(db);
+  const tools = new SessionTools({
+    state: core,
+    transcripts,
+    settings: new SqliteSettingsStore(db, transcripts),
+    redactor,
   });
 
   const recovery = await core.recoverPendingNotices();
@@ -92,7 +109,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
-    }, health),
+    }, health, tools, logger),
     interceptors: [errorMapping(logger), ...(options.tokens ? [authorization(options.tokens, logger)] : [])],
     readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
@@ -150,7 +167,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       logger.info("stopped", { url });
     })());
 
-  return { port: address.port, url, core, close };
+  return { port: address.port, url, core, tools, close };
 }
 
 function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {

@@ -6,15 +6,19 @@ import type { GenEnum, GenFile, GenMessage, GenService } from "@bufbuild/protobu
 import { enumDesc, fileDesc, messageDesc, serviceDesc } from "@bufbuild/protobuf/codegenv2";
 import type { Timestamp } from "@bufbuild/protobuf/wkt";
 import { file_google_protobuf_timestamp } from "@bufbuild/protobuf/wkt";
-import type { SessionStateEvent } from "./event_pb.js";
+import type { ActorType, SessionStateEvent } from "./event_pb.js";
 import { file_sessionstate_v1_event } from "./event_pb.js";
+import type { HistoryMessage } from "./message_pb.js";
+import { file_sessionstate_v1_message } from "./message_pb.js";
+import type { Requester, VisibilityMode } from "./requester_pb.js";
+import { file_sessionstate_v1_requester } from "./requester_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
 /**
  * Describes the file sessionstate/v1/session.proto.
  */
 export const file_sessionstate_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvc2Vzc2lvbi5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxIlMKDURlbGl2ZXJ5Um91dGUSDwoHY2hhbm5lbBgBIAEoCRIKCgJ0bxgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCSIzCgpTZXNzaW9uUmVmEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJItIECgdTZXNzaW9uEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSKgoEa2luZBgEIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBIPCgdjaGFubmVsGAUgASgJEg0KBWxhYmVsGAYgASgJEhoKEnBhcmVudF9zZXNzaW9uX2tleRgHIAEoCRIaChJjaGlsZF9zZXNzaW9uX2tleXMYCCADKAkSDQoFbW9kZWwYCSABKAkSFgoOY29udGV4dF90b2tlbnMYCiABKAMSFAoMdG90YWxfdG9rZW5zGAsgASgDEi4KCnJ1bl9zdGF0dXMYDCABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEhgKEGxhc3RfcnVuX2Fib3J0ZWQYDSABKAgSEAoIYXJjaGl2ZWQYDiABKAgSDgoGcGlubmVkGA8gASgIEhUKDXN0YXRlX3ZlcnNpb24YECABKAMSLgoKY3JlYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoGb3JpZ2luGBMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgUIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlIq0DChBTZXNzaW9uTGlzdEVudHJ5EhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDwoHY2hhbm5lbBgEIAEoCRINCgVsYWJlbBgFIAEoCRIaChJwYXJlbnRfc2Vzc2lvbl9rZXkYBiABKAkSGgoSY2hpbGRfc2Vzc2lvbl9rZXlzGAcgAygJEg0KBW1vZGVsGAggASgJEhYKDmNvbnRleHRfdG9rZW5zGAkgASgDEhQKDHRvdGFsX3Rva2VucxgKIAEoAxIuCgpydW5fc3RhdHVzGAsgASgOMhouc2Vzc2lvbnN0YXRlLnYxLlJ1blN0YXR1cxIYChBsYXN0X3J1bl9hYm9ydGVkGAwgASgIEhAKCGFyY2hpdmVkGA0gASgIEg4KBnBpbm5lZBgOIAEoCBIVCg1zdGF0ZV92ZXJzaW9uGA8gASgDEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIpwFChRVcHNlcnRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSFwoKc2Vzc2lvbl9pZBgCIAEoCUgAiAEBEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSFAoHY2hhbm5lbBgEIAEoCUgBiAEBEhIKBWxhYmVsGAUgASgJSAKIAQESHwoScGFyZW50X3Nlc3Npb25fa2V5GAYgASgJSAOIAQESEgoFbW9kZWwYByABKAlIBIgBARIbCg5jb250ZXh0X3Rva2VucxgIIAEoA0gFiAEBEhkKDHRvdGFsX3Rva2VucxgJIAEoA0gGiAEBEi4KCnJ1bl9zdGF0dXMYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEh0KEGxhc3RfcnVuX2Fib3J0ZWQYCyABKAhIB4gBARIVCghhcmNoaXZlZBgMIAEoCEgIiAEBEhMKBnBpbm5lZBgNIAEoCEgJiAEBEi4KBm9yaWdpbhgOIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEjgKEGRlbGl2ZXJ5X2NvbnRleHQYDyABKAsyHi5zZXNzaW9uc3RhdGUudjEuRGVsaXZlcnlSb3V0ZUINCgtfc2Vzc2lvbl9pZEIKCghfY2hhbm5lbEIICgZfbGFiZWxCFQoTX3BhcmVudF9zZXNzaW9uX2tleUIICgZfbW9kZWxCEQoPX2NvbnRleHRfdG9rZW5zQg8KDV90b3RhbF90b2tlbnNCEwoRX2xhc3RfcnVuX2Fib3J0ZWRCCwoJX2FyY2hpdmVkQgkKB19waW5uZWQiUwoVVXBzZXJ0U2Vzc2lvblJlc3BvbnNlEikKB3Nlc3Npb24YASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIkEKEUdldFNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiI/ChJHZXRTZXNzaW9uUmVzcG9uc2USKQoHc2Vzc2lvbhgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uIqwBChNMaXN0U2Vzc2lvbnNSZXF1ZXN0EisKBWtpbmRzGAEgAygOMhwuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25LaW5kEg0KBWxhYmVsGAIgASgJEhAKCGFnZW50X2lkGAMgASgJEg4KBnNlYXJjaBgEIAEoCRIWCg5hY3RpdmVfbWludXRlcxgFIAEoDRIQCghhcmNoaXZlZBgGIAEoCBINCgVsaW1pdBgHIAEoDSJeChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIzCghzZXNzaW9ucxgBIAMoCzIhLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uTGlzdEVudHJ5EhEKCXRydW5jYXRlZBgCIAEoCCLcAQoTU3Bhd25TZXNzaW9uUmVxdWVzdBIrCgZwYXJlbnQYASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIZChFjaGlsZF9zZXNzaW9uX2tleRgCIAEoCRIqCgRraW5kGAMgASgOMhwuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25LaW5kEg0KBWxhYmVsGAQgASgJEg0KBW1vZGVsGAUgASgJEg4KBnJ1bl9pZBgGIAEoCRIPCgdjaGFubmVsGAcgASgJEhIKCmRlZHVwZV9rZXkYCCABKAkikQEKFFNwYXduU2Vzc2lvblJlc3BvbnNlEicKBWNoaWxkGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SNwoLc3Bhd25fZXZlbnQYAiABKAsyIi5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblN0YXRlRXZlbnQSFwoPcGFyZW50X3dhdGNoaW5nGAMgASgIIkMKE1Jlc2V0U2Vzc2lvblJlcXVlc3QSLAoHc2Vzc2lvbhgBIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmIloKFFJlc2V0U2Vzc2lvblJlc3BvbnNlEikKB3Nlc3Npb24YASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIXCg9yZW1vdmVkX2N1cnNvcnMYAiABKA0iRAoURGVsZXRlU2Vzc2lvblJlcXVlc3QSLAoHc2Vzc2lvbhgBIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmIkgKFURlbGV0ZVNlc3Npb25SZXNwb25zZRIWCg5yZW1vdmVkX2V2ZW50cxgBIAEoDRIXCg9yZW1vdmVkX2N1cnNvcnMYAiABKA0qtwEKC1Nlc3Npb25LaW5kEhwKGFNFU1NJT05fS0lORF9VTlNQRUNJRklFRBAAEhUKEVNFU1NJT05fS0lORF9NQUlOEAESFgoSU0VTU0lPTl9LSU5EX0dST1VQEAISFQoRU0VTU0lPTl9LSU5EX0NST04QAxIVChFTRVNTSU9OX0tJTkRfSE9PSxAEEhUKEVNFU1NJT05fS0lORF9OT0RFEAUSFgoSU0VTU0lPTl9LSU5EX09USEVSEAYqhQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASEwoPUlVOX1NUQVRVU19JRExFEAESFgoSUlVOX1NUQVRVU19SVU5OSU5HEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIVChFSVU5fU1RBVFVTX0ZBSUxFRBAEMr4ECg5TZXNzaW9uU2VydmljZRJeCg1VcHNlcnRTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXNwb25zZRJVCgpHZXRTZXNzaW9uEiIuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXNwb25zZRJbCgxMaXN0U2Vzc2lvbnMSJC5zZXNzaW9uc3RhdGUudjEuTGlzdFNlc3Npb25zUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJbCgxTcGF3blNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuU3Bhd25TZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5TcGF3blNlc3Npb25SZXNwb25zZRJbCgxSZXNldFNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuUmVzZXRTZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5SZXNldFNlc3Npb25SZXNwb25zZRJeCg1EZWxldGVTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_sessionstate_v1_event]);
+  fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvc2Vzc2lvbi5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxIlMKDURlbGl2ZXJ5Um91dGUSDwoHY2hhbm5lbBgBIAEoCRIKCgJ0bxgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCSIzCgpTZXNzaW9uUmVmEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJIqAFCgdTZXNzaW9uEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSKgoEa2luZBgEIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBIPCgdjaGFubmVsGAUgASgJEg0KBWxhYmVsGAYgASgJEhoKEnBhcmVudF9zZXNzaW9uX2tleRgHIAEoCRIaChJjaGlsZF9zZXNzaW9uX2tleXMYCCADKAkSDQoFbW9kZWwYCSABKAkSFgoOY29udGV4dF90b2tlbnMYCiABKAMSFAoMdG90YWxfdG9rZW5zGAsgASgDEi4KCnJ1bl9zdGF0dXMYDCABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEhgKEGxhc3RfcnVuX2Fib3J0ZWQYDSABKAgSEAoIYXJjaGl2ZWQYDiABKAgSDgoGcGlubmVkGA8gASgIEhUKDXN0YXRlX3ZlcnNpb24YECABKAMSLgoKY3JlYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoGb3JpZ2luGBMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgUIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEhQKDHNpZGViYXJfaWNvbhgVIAEoCRI2Cg50aGlua2luZ19sZXZlbBgWIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsIvwEChBTZXNzaW9uTGlzdEVudHJ5EhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDwoHY2hhbm5lbBgEIAEoCRINCgVsYWJlbBgFIAEoCRIaChJwYXJlbnRfc2Vzc2lvbl9rZXkYBiABKAkSGgoSY2hpbGRfc2Vzc2lvbl9rZXlzGAcgAygJEg0KBW1vZGVsGAggASgJEhYKDmNvbnRleHRfdG9rZW5zGAkgASgDEhQKDHRvdGFsX3Rva2VucxgKIAEoAxIuCgpydW5fc3RhdHVzGAsgASgOMhouc2Vzc2lvbnN0YXRlLnYxLlJ1blN0YXR1cxIYChBsYXN0X3J1bl9hYm9ydGVkGAwgASgIEhAKCGFyY2hpdmVkGA0gASgIEg4KBnBpbm5lZBgOIAEoCBIVCg1zdGF0ZV92ZXJzaW9uGA8gASgDEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHNpZGViYXJfaWNvbhgRIAEoCRI2Cg50aGlua2luZ19sZXZlbBgSIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsEhUKDWRlcml2ZWRfdGl0bGUYEyABKAkSNQoMbGFzdF9tZXNzYWdlGBQgASgLMh8uc2Vzc2lvbnN0YXRlLnYxLkhpc3RvcnlNZXNzYWdlEjEKCG1lc3NhZ2VzGBUgAygLMh8uc2Vzc2lvbnN0YXRlLnYxLkhpc3RvcnlNZXNzYWdlIpwFChRVcHNlcnRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSFwoKc2Vzc2lvbl9pZBgCIAEoCUgAiAEBEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSFAoHY2hhbm5lbBgEIAEoCUgBiAEBEhIKBWxhYmVsGAUgASgJSAKIAQESHwoScGFyZW50X3Nlc3Npb25fa2V5GAYgASgJSAOIAQESEgoFbW9kZWwYByABKAlIBIgBARIbCg5jb250ZXh0X3Rva2VucxgIIAEoA0gFiAEBEhkKDHRvdGFsX3Rva2VucxgJIAEoA0gGiAEBEi4KCnJ1bl9zdGF0dXMYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEh0KEGxhc3RfcnVuX2Fib3J0ZWQYCyABKAhIB4gBARIVCghhcmNoaXZlZBgMIAEoCEgIiAEBEhMKBnBpbm5lZBgNIAEoCEgJiAEBEi4KBm9yaWdpbhgOIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEjgKEGRlbGl2ZXJ5X2NvbnRleHQYDyABKAsyHi5zZXNzaW9uc3RhdGUudjEuRGVsaXZlcnlSb3V0ZUINCgtfc2Vzc2lvbl9pZEIKCghfY2hhbm5lbEIICgZfbGFiZWxCFQoTX3BhcmVudF9zZXNzaW9uX2tleUIICgZfbW9kZWxCEQoPX2NvbnRleHRfdG9rZW5zQg8KDV90b3RhbF90b2tlbnNCEwoRX2xhc3RfcnVuX2Fib3J0ZWRCCwoJX2FyY2hpdmVkQgkKB19waW5uZWQiUwoVVXBzZXJ0U2Vzc2lvblJlc3BvbnNlEikKB3Nlc3Npb24YASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIoQBChFHZXRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSLQoJcmVxdWVzdGVyGAIgASgLMhouc2Vzc2lvbnN0YXRlLnYxLlJlcXVlc3RlchISCgpzZXNzaW9uX2lkGAMgASgJIj8KEkdldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24isAIKE0xpc3RTZXNzaW9uc1JlcXVlc3QSKwoFa2luZHMYASADKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDQoFbGFiZWwYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSDgoGc2VhcmNoGAQgASgJEhYKDmFjdGl2ZV9taW51dGVzGAUgASgNEhAKCGFyY2hpdmVkGAYgASgIEg0KBWxpbWl0GAcgASgNEi0KCXJlcXVlc3RlchgIIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISHgoWaW5jbHVkZV9kZXJpdmVkX3RpdGxlcxgJIAEoCBIcChRpbmNsdWRlX2xhc3RfbWVzc2FnZRgKIAEoCBIVCg1tZXNzYWdlX2xpbWl0GAsgASgNIrkBChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIzCghzZXNzaW9ucxgBIAMoCzIhLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uTGlzdEVudHJ5EhEKCXRydW5jYXRlZBgCIAEoCBI9ChRlZmZlY3RpdmVfdmlzaWJpbGl0eRgDIAEoDjIfLnNlc3Npb25zdGF0ZS52MS5WaXNpYmlsaXR5TW9kZRIaChJ2aXNpYmlsaXR5X3dhcm5pbmcYBCABKAki3AEKE1NwYXduU2Vzc2lvblJlcXVlc3QSKwoGcGFyZW50GAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSGQoRY2hpbGRfc2Vzc2lvbl9rZXkYAiABKAkSKgoEa2luZBgDIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBINCgVsYWJlbBgEIAEoCRINCgVtb2RlbBgFIAEoCRIOCgZydW5faWQYBiABKAkSDwoHY2hhbm5lbBgHIAEoCRISCgpkZWR1cGVfa2V5GAggASgJIpEBChRTcGF3blNlc3Npb25SZXNwb25zZRInCgVjaGlsZBgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEjcKC3NwYXduX2V2ZW50GAIgASgLMiIuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25TdGF0ZUV2ZW50EhcKD3BhcmVudF93YXRjaGluZxgDIAEoCCJDChNSZXNldFNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJaChRSZXNldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIkQKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJIChVEZWxldGVTZXNzaW9uUmVzcG9uc2USFgoOcmVtb3ZlZF9ldmVudHMYASABKA0SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIrIDChNQYXRjaFNlc3Npb25SZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISLAoHc2Vzc2lvbhgCIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmEhIKCnNlc3Npb25faWQYAyABKAkSEgoFbGFiZWwYBCABKAlIAIgBARIZCgxzaWRlYmFyX2ljb24YBSABKAlIAYgBARITCgZwaW5uZWQYBiABKAhIAogBARIVCghhcmNoaXZlZBgHIAEoCEgDiAEBEhIKBW1vZGVsGAggASgJSASIAQESOwoOdGhpbmtpbmdfbGV2ZWwYCSABKA4yHi5zZXNzaW9uc3RhdGUudjEuVGhpbmtpbmdMZXZlbEgFiAEBEi4KCmFjdG9yX3R5cGUYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuQWN0b3JUeXBlQggKBl9sYWJlbEIPCg1fc2lkZWJhcl9pY29uQgkKB19waW5uZWRCCwoJX2FyY2hpdmVkQggKBl9tb2RlbEIRCg9fdGhpbmtpbmdfbGV2ZWwicQoUUGF0Y2hTZXNzaW9uUmVzcG9uc2USKQoHc2Vzc2lvbhgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEhgKEG1vZGVsX3JldmVydGlibGUYAiABKAgSFAoMcmV2ZXJ0X21vZGVsGAMgASgJIhwKDFNlc3Npb25Hcm91cBIMCgRuYW1lGAEgASgJIkIKEUxpc3RHcm91cHNSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXIiVAoSTGlzdEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKkAQoQU2V0R3JvdXBzUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEi0KBmdyb3VwcxgCIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlMKEVNldEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKXAQoSUmVuYW1lR3JvdXBSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISDAoEbmFtZRgCIAEoCRIQCghuZXdfbmFtZRgDIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAQgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iVQoTUmVuYW1lR3JvdXBSZXNwb25zZRItCgZncm91cHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbkdyb3VwEg8KB3ZlcnNpb24YAiABKAMihQEKEkRlbGV0ZUdyb3VwUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEgwKBG5hbWUYAiABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlUKE0RlbGV0ZUdyb3VwUmVzcG9uc2USLQoGZ3JvdXBzGAEgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25Hcm91cBIPCgd2ZXJzaW9uGAIgASgDIskBChZSZXBvcnRSdW5SZXN1bHRSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIOCgZydW5faWQYAiABKAkSDQoFbW9kZWwYAyABKAkSMgoHb3V0Y29tZRgEIAEoDjIhLnNlc3Npb25zdGF0ZS52MS5SdW5SZXN1bHRPdXRjb21lEi4KB2ZhaWx1cmUYBSABKA4yHS5zZXNzaW9uc3RhdGUudjEuTW9kZWxGYWlsdXJlIrYBChdSZXBvcnRSdW5SZXN1bHRSZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SEAoIcmV2ZXJ0ZWQYAiABKAgSFwoPbm90ZV9tZXNzYWdlX2lkGAMgASgJEhsKE3NlbGVjdGlvbl9jb25maXJtZWQYBCABKAgSGAoQbW9kZWxfcmV2ZXJ0aWJsZRgFIAEoCBIOCgZyZWFzb24YBiABKAkqyQEKDVRoaW5raW5nTGV2ZWwSHgoaVEhJTktJTkdfTEVWRUxfVU5TUEVDSUZJRUQQABIWChJUSElOS0lOR19MRVZFTF9PRkYQARIaChZUSElOS0lOR19MRVZFTF9NSU5JTUFMEAISFgoSVEhJTktJTkdfTEVWRUxfTE9XEAMSGQoVVEhJTktJTkdfTEVWRUxfTUVESVVNEAQSFwoTVEhJTktJTkdfTEVWRUxfSElHSBAFEhgKFFRISU5LSU5HX0xFVkVMX1hISUdIEAYqtwEKC1Nlc3Npb25LaW5kEhwKGFNFU1NJT05fS0lORF9VTlNQRUNJRklFRBAAEhUKEVNFU1NJT05fS0lORF9NQUlOEAESFgoSU0VTU0lPTl9LSU5EX0dST1VQEAISFQoRU0VTU0lPTl9LSU5EX0NST04QAxIVChFTRVNTSU9OX0tJTkRfSE9PSxAEEhUKEVNFU1NJT05fS0lORF9OT0RFEAUSFgoSU0VTU0lPTl9LSU5EX09USEVSEAYqhQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASEwoPUlVOX1NUQVRVU19JRExFEAESFgoSUlVOX1NUQVRVU19SVU5OSU5HEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIVChFSVU5fU1RBVFVTX0ZBSUxFRBAEKncKEFJ1blJlc3VsdE91dGNvbWUSIgoeUlVOX1JFU1VMVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIAocUlVOX1JFU1VMVF9PVVRDT01FX1NVQ0NFRURFRBABEh0KGVJVTl9SRVNVTFRfT1VUQ09NRV9GQUlMRUQQAiqoAgoMTW9kZWxGYWlsdXJlEh0KGU1PREVMX0ZBSUxVUkVfVU5TUEVDSUZJRUQQABIWChJNT0RFTF9GQUlMVVJFX0FVVEgQARIZChVNT0RFTF9GQUlMVVJFX0JJTExJTkcQAhIhCh1NT0RFTF9GQUlMVVJFX01PREVMX05PVF9GT1VORBADEhwKGE1PREVMX0ZBSUxVUkVfUkFURV9MSU1JVBAEEhwKGE1PREVMX0ZBSUxVUkVfT1ZFUkxPQURFRBAFEhkKFU1PREVMX0ZBSUxVUkVfVElNRU9VVBAGEhkKFU1PREVMX0ZBSUxVUkVfTkVUV09SSxAHEhgKFE1PREVMX0ZBSUxVUkVfU0VSVkVSEAgSFwoTTU9ERUxfRkFJTFVSRV9PVEhFUhAJMuAICg5TZXNzaW9uU2VydmljZRJeCg1VcHNlcnRTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXNwb25zZRJVCgpHZXRTZXNzaW9uEiIuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXNwb25zZRJbCgxMaXN0U2Vzc2lvbnMSJC5zZXNzaW9uc3RhdGUudjEuTGlzdFNlc3Npb25zUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJbCgxTcGF3blNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuU3Bhd25TZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5TcGF3blNlc3Npb25SZXNwb25zZRJbCgxSZXNldFNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuUmVzZXRTZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5SZXNldFNlc3Npb25SZXNwb25zZRJeCg1EZWxldGVTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJbCgxQYXRjaFNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuUGF0Y2hTZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5QYXRjaFNlc3Npb25SZXNwb25zZRJVCgpMaXN0R3JvdXBzEiIuc2Vzc2lvbnN0YXRlLnYxLkxpc3RHcm91cHNSZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkxpc3RHcm91cHNSZXNwb25zZRJSCglTZXRHcm91cHMSIS5zZXNzaW9uc3RhdGUudjEuU2V0R3JvdXBzUmVxdWVzdBoiLnNlc3Npb25zdGF0ZS52MS5TZXRHcm91cHNSZXNwb25zZRJYCgtSZW5hbWVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5SZW5hbWVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuUmVuYW1lR3JvdXBSZXNwb25zZRJYCgtEZWxldGVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5EZWxldGVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuRGVsZXRlR3JvdXBSZXNwb25zZRJkCg9SZXBvcnRSdW5SZXN1bHQSJy5zZXNzaW9uc3RhdGUudjEuUmVwb3J0UnVuUmVzdWx0UmVxdWVzdBooLnNlc3Npb25zdGF0ZS52MS5SZXBvcnRSdW5SZXN1bHRSZXNwb25zZWIGcHJvdG8z", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_message, file_sessionstate_v1_requester]);
 
 /**
  * Where messages of a session come from or go to. Every field is optional text of at most
@@ -212,6 +216,20 @@ export type Session = Message<"sessionstate.v1.Session"> & {
    * @generated from field: sessionstate.v1.DeliveryRoute delivery_context = 20;
    */
   deliveryContext?: DeliveryRoute | undefined;
+
+  /**
+   * Icon shown in a sidebar (an emoji or icon name). Empty = none. Set by PatchSession.
+   *
+   * @generated from field: string sidebar_icon = 21;
+   */
+  sidebarIcon: string;
+
+  /**
+   * Unspecified = the agent's default. Set by PatchSession.
+   *
+   * @generated from field: sessionstate.v1.ThinkingLevel thinking_level = 22;
+   */
+  thinkingLevel: ThinkingLevel;
 };
 
 /**
@@ -308,6 +326,41 @@ export type SessionListEntry = Message<"sessionstate.v1.SessionListEntry"> & {
    * @generated from field: google.protobuf.Timestamp updated_at = 16;
    */
   updatedAt?: Timestamp | undefined;
+
+  /**
+   * @generated from field: string sidebar_icon = 17;
+   */
+  sidebarIcon: string;
+
+  /**
+   * @generated from field: sessionstate.v1.ThinkingLevel thinking_level = 18;
+   */
+  thinkingLevel: ThinkingLevel;
+
+  /**
+   * With include_derived_titles: the start of the first user message of the current
+   * transcript (sanitized, redacted, whitespace collapsed, at most 60 characters plus "…").
+   * Empty when there is none.
+   *
+   * @generated from field: string derived_title = 19;
+   */
+  derivedTitle: string;
+
+  /**
+   * With include_last_message: the newest user, assistant or system message (tool results
+   * stripped), text blocks cut at 400 characters. Absent when the transcript is empty.
+   *
+   * @generated from field: sessionstate.v1.HistoryMessage last_message = 20;
+   */
+  lastMessage?: HistoryMessage | undefined;
+
+  /**
+   * With message_limit: the newest message_limit messages, oldest first, tool results
+   * stripped, text blocks cut at 400 characters.
+   *
+   * @generated from field: repeated sessionstate.v1.HistoryMessage messages = 21;
+   */
+  messages: HistoryMessage[];
 };
 
 /**
@@ -440,9 +493,26 @@ export const UpsertSessionResponseSchema: GenMessage<UpsertSessionResponse> = /*
  */
 export type GetSessionRequest = Message<"sessionstate.v1.GetSessionRequest"> & {
   /**
+   * The session, by key. Give exactly one of session and session_id.
+   *
    * @generated from field: sessionstate.v1.SessionRef session = 1;
    */
   session?: SessionRef | undefined;
+
+  /**
+   * Whose view. Absent = operator view (see Requester).
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 2;
+   */
+  requester?: Requester | undefined;
+
+  /**
+   * The session, by its current or an earlier session id. Resolves only to sessions the
+   * requester may see.
+   *
+   * @generated from field: string session_id = 3;
+   */
+  sessionId: string;
 };
 
 /**
@@ -521,6 +591,35 @@ export type ListSessionsRequest = Message<"sessionstate.v1.ListSessionsRequest">
    * @generated from field: uint32 limit = 7;
    */
   limit: number;
+
+  /**
+   * Whose view. Absent = operator view (see Requester). Rows the requester may not see are
+   * left out before limit is applied, so truncated counts only visible rows.
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 8;
+   */
+  requester?: Requester | undefined;
+
+  /**
+   * Fill derived_title on each row.
+   *
+   * @generated from field: bool include_derived_titles = 9;
+   */
+  includeDerivedTitles: boolean;
+
+  /**
+   * Fill last_message on each row.
+   *
+   * @generated from field: bool include_last_message = 10;
+   */
+  includeLastMessage: boolean;
+
+  /**
+   * Fill messages with the newest N messages of each row, 0–20. 0 = none.
+   *
+   * @generated from field: uint32 message_limit = 11;
+   */
+  messageLimit: number;
 };
 
 /**
@@ -547,6 +646,20 @@ export type ListSessionsResponse = Message<"sessionstate.v1.ListSessionsResponse
    * @generated from field: bool truncated = 2;
    */
   truncated: boolean;
+
+  /**
+   * The mode applied after clamping; ALL for the operator view.
+   *
+   * @generated from field: sessionstate.v1.VisibilityMode effective_visibility = 3;
+   */
+  effectiveVisibility: VisibilityMode;
+
+  /**
+   * Set when visibility is restricted (not ALL): which sessions the list leaves out.
+   *
+   * @generated from field: string visibility_warning = 4;
+   */
+  visibilityWarning: string;
 };
 
 /**
@@ -734,6 +847,508 @@ export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*
   messageDesc(file_sessionstate_v1_session, 15);
 
 /**
+ * @generated from message sessionstate.v1.PatchSessionRequest
+ */
+export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest"> & {
+  /**
+   * Whose view. Absent = operator view (see Requester).
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 1;
+   */
+  requester?: Requester | undefined;
+
+  /**
+   * The session, by key. Give exactly one of session and session_id.
+   *
+   * @generated from field: sessionstate.v1.SessionRef session = 2;
+   */
+  session?: SessionRef | undefined;
+
+  /**
+   * The session, by its current session id. Resolves only to sessions the requester may see.
+   *
+   * @generated from field: string session_id = 3;
+   */
+  sessionId: string;
+
+  /**
+   * Fields below are applied when present; at least one must be. Empty text clears.
+   * At most 256 bytes.
+   *
+   * @generated from field: optional string label = 4;
+   */
+  label?: string | undefined;
+
+  /**
+   * An emoji or icon name, at most 64 bytes, no control characters.
+   *
+   * @generated from field: optional string sidebar_icon = 5;
+   */
+  sidebarIcon?: string | undefined;
+
+  /**
+   * @generated from field: optional bool pinned = 6;
+   */
+  pinned?: boolean | undefined;
+
+  /**
+   * @generated from field: optional bool archived = 7;
+   */
+  archived?: boolean | undefined;
+
+  /**
+   * Model id, at most 256 bytes; empty = back to the agent's default.
+   *
+   * @generated from field: optional string model = 8;
+   */
+  model?: string | undefined;
+
+  /**
+   * Unspecified = back to the agent's default.
+   *
+   * @generated from field: optional sessionstate.v1.ThinkingLevel thinking_level = 9;
+   */
+  thinkingLevel?: ThinkingLevel | undefined;
+
+  /**
+   * Who chose a new model. A model an agent selects stays revertible until a run with it
+   * succeeds; a human's choice is final. Unspecified = AGENT when a requester is given,
+   * HUMAN otherwise (operator view).
+   *
+   * @generated from field: sessionstate.v1.ActorType actor_type = 10;
+   */
+  actorType: ActorType;
+};
+
+/**
+ * Describes the message sessionstate.v1.PatchSessionRequest.
+ * Use `create(PatchSessionRequestSchema)` to create a new message.
+ */
+export const PatchSessionRequestSchema: GenMessage<PatchSessionRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 16);
+
+/**
+ * @generated from message sessionstate.v1.PatchSessionResponse
+ */
+export type PatchSessionResponse = Message<"sessionstate.v1.PatchSessionResponse"> & {
+  /**
+   * @generated from field: sessionstate.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+
+  /**
+   * True while an agent-selected model awaits its first successful run.
+   *
+   * @generated from field: bool model_revertible = 2;
+   */
+  modelRevertible: boolean;
+
+  /**
+   * The model a permanent failure would restore (empty = the agent's default). Empty when
+   * model_revertible is false.
+   *
+   * @generated from field: string revert_model = 3;
+   */
+  revertModel: string;
+};
+
+/**
+ * Describes the message sessionstate.v1.PatchSessionResponse.
+ * Use `create(PatchSessionResponseSchema)` to create a new message.
+ */
+export const PatchSessionResponseSchema: GenMessage<PatchSessionResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 17);
+
+/**
+ * A named group in the global catalog.
+ *
+ * @generated from message sessionstate.v1.SessionGroup
+ */
+export type SessionGroup = Message<"sessionstate.v1.SessionGroup"> & {
+  /**
+   * 1–64 characters, no control characters, no leading or trailing whitespace. Unique
+   * ignoring case.
+   *
+   * @generated from field: string name = 1;
+   */
+  name: string;
+};
+
+/**
+ * Describes the message sessionstate.v1.SessionGroup.
+ * Use `create(SessionGroupSchema)` to create a new message.
+ */
+export const SessionGroupSchema: GenMessage<SessionGroup> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 18);
+
+/**
+ * @generated from message sessionstate.v1.ListGroupsRequest
+ */
+export type ListGroupsRequest = Message<"sessionstate.v1.ListGroupsRequest"> & {
+  /**
+   * Whose view. Absent = operator view (see Requester). Every requester may read the catalog.
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 1;
+   */
+  requester?: Requester | undefined;
+};
+
+/**
+ * Describes the message sessionstate.v1.ListGroupsRequest.
+ * Use `create(ListGroupsRequestSchema)` to create a new message.
+ */
+export const ListGroupsRequestSchema: GenMessage<ListGroupsRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 19);
+
+/**
+ * @generated from message sessionstate.v1.ListGroupsResponse
+ */
+export type ListGroupsResponse = Message<"sessionstate.v1.ListGroupsResponse"> & {
+  /**
+   * The catalog, in its order.
+   *
+   * @generated from field: repeated sessionstate.v1.SessionGroup groups = 1;
+   */
+  groups: SessionGroup[];
+
+  /**
+   * Increases with every change; 0 = never set. Pass as expected_version to change safely.
+   *
+   * @generated from field: int64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message sessionstate.v1.ListGroupsResponse.
+ * Use `create(ListGroupsResponseSchema)` to create a new message.
+ */
+export const ListGroupsResponseSchema: GenMessage<ListGroupsResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 20);
+
+/**
+ * @generated from message sessionstate.v1.SetGroupsRequest
+ */
+export type SetGroupsRequest = Message<"sessionstate.v1.SetGroupsRequest"> & {
+  /**
+   * Whose view. Absent = operator view. Sandboxed requesters may not change the global
+   * catalog (PERMISSION_DENIED).
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 1;
+   */
+  requester?: Requester | undefined;
+
+  /**
+   * The whole new catalog, in order, at most 100 groups. Empty = no groups.
+   *
+   * @generated from field: repeated sessionstate.v1.SessionGroup groups = 2;
+   */
+  groups: SessionGroup[];
+
+  /**
+   * When given, the change applies only if the catalog is still at this version
+   * (FAILED_PRECONDITION otherwise), so concurrent editors do not overwrite each other.
+   *
+   * @generated from field: optional int64 expected_version = 3;
+   */
+  expectedVersion?: bigint | undefined;
+};
+
+/**
+ * Describes the message sessionstate.v1.SetGroupsRequest.
+ * Use `create(SetGroupsRequestSchema)` to create a new message.
+ */
+export const SetGroupsRequestSchema: GenMessage<SetGroupsRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 21);
+
+/**
+ * @generated from message sessionstate.v1.SetGroupsResponse
+ */
+export type SetGroupsResponse = Message<"sessionstate.v1.SetGroupsResponse"> & {
+  /**
+   * @generated from field: repeated sessionstate.v1.SessionGroup groups = 1;
+   */
+  groups: SessionGroup[];
+
+  /**
+   * @generated from field: int64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message sessionstate.v1.SetGroupsResponse.
+ * Use `create(SetGroupsResponseSchema)` to create a new message.
+ */
+export const SetGroupsResponseSchema: GenMessage<SetGroupsResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 22);
+
+/**
+ * @generated from message sessionstate.v1.RenameGroupRequest
+ */
+export type RenameGroupRequest = Message<"sessionstate.v1.RenameGroupRequest"> & {
+  /**
+   * As in SetGroupsRequest.
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 1;
+   */
+  requester?: Requester | undefined;
+
+  /**
+   * The group to rename, matched ignoring case. NOT_FOUND when absent.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * Its new name; must not name another group (FAILED_PRECONDITION).
+   *
+   * @generated from field: string new_name = 3;
+   */
+  newName: string;
+
+  /**
+   * As in SetGroupsRequest.
+   *
+   * @generated from field: optional int64 expected_version = 4;
+   */
+  expectedVersion?: bigint | undefined;
+};
+
+/**
+ * Describes the message sessionstate.v1.RenameGroupRequest.
+ * Use `create(RenameGroupRequestSchema)` to create a new message.
+ */
+export const RenameGroupRequestSchema: GenMessage<RenameGroupRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 23);
+
+/**
+ * @generated from message sessionstate.v1.RenameGroupResponse
+ */
+export type RenameGroupResponse = Message<"sessionstate.v1.RenameGroupResponse"> & {
+  /**
+   * @generated from field: repeated sessionstate.v1.SessionGroup groups = 1;
+   */
+  groups: SessionGroup[];
+
+  /**
+   * @generated from field: int64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message sessionstate.v1.RenameGroupResponse.
+ * Use `create(RenameGroupResponseSchema)` to create a new message.
+ */
+export const RenameGroupResponseSchema: GenMessage<RenameGroupResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 24);
+
+/**
+ * @generated from message sessionstate.v1.DeleteGroupRequest
+ */
+export type DeleteGroupRequest = Message<"sessionstate.v1.DeleteGroupRequest"> & {
+  /**
+   * As in SetGroupsRequest.
+   *
+   * @generated from field: sessionstate.v1.Requester requester = 1;
+   */
+  requester?: Requester | undefined;
+
+  /**
+   * The group to remove, matched ignoring case. NOT_FOUND when absent.
+   *
+   * @generated from field: string name = 2;
+   */
+  name: string;
+
+  /**
+   * As in SetGroupsRequest.
+   *
+   * @generated from field: optional int64 expected_version = 3;
+   */
+  expectedVersion?: bigint | undefined;
+};
+
+/**
+ * Describes the message sessionstate.v1.DeleteGroupRequest.
+ * Use `create(DeleteGroupRequestSchema)` to create a new message.
+ */
+export const DeleteGroupRequestSchema: GenMessage<DeleteGroupRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 25);
+
+/**
+ * @generated from message sessionstate.v1.DeleteGroupResponse
+ */
+export type DeleteGroupResponse = Message<"sessionstate.v1.DeleteGroupResponse"> & {
+  /**
+   * @generated from field: repeated sessionstate.v1.SessionGroup groups = 1;
+   */
+  groups: SessionGroup[];
+
+  /**
+   * @generated from field: int64 version = 2;
+   */
+  version: bigint;
+};
+
+/**
+ * Describes the message sessionstate.v1.DeleteGroupResponse.
+ * Use `create(DeleteGroupResponseSchema)` to create a new message.
+ */
+export const DeleteGroupResponseSchema: GenMessage<DeleteGroupResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 26);
+
+/**
+ * @generated from message sessionstate.v1.ReportRunResultRequest
+ */
+export type ReportRunResultRequest = Message<"sessionstate.v1.ReportRunResultRequest"> & {
+  /**
+   * The session the run belonged to.
+   *
+   * @generated from field: sessionstate.v1.SessionRef session = 1;
+   */
+  session?: SessionRef | undefined;
+
+  /**
+   * The run. At most 128 bytes. Names the system note (so a retried report writes one).
+   *
+   * @generated from field: string run_id = 2;
+   */
+  runId: string;
+
+  /**
+   * The model the run used. Empty = the session's current model. The rule applies only
+   * when this is the agent-selected model that is still the session's model.
+   *
+   * @generated from field: string model = 3;
+   */
+  model: string;
+
+  /**
+   * Must not be unspecified.
+   *
+   * @generated from field: sessionstate.v1.RunResultOutcome outcome = 4;
+   */
+  outcome: RunResultOutcome;
+
+  /**
+   * Required when outcome is FAILED; must be unspecified otherwise.
+   *
+   * @generated from field: sessionstate.v1.ModelFailure failure = 5;
+   */
+  failure: ModelFailure;
+};
+
+/**
+ * Describes the message sessionstate.v1.ReportRunResultRequest.
+ * Use `create(ReportRunResultRequestSchema)` to create a new message.
+ */
+export const ReportRunResultRequestSchema: GenMessage<ReportRunResultRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 27);
+
+/**
+ * @generated from message sessionstate.v1.ReportRunResultResponse
+ */
+export type ReportRunResultResponse = Message<"sessionstate.v1.ReportRunResultResponse"> & {
+  /**
+   * @generated from field: sessionstate.v1.Session session = 1;
+   */
+  session?: Session | undefined;
+
+  /**
+   * True when the model was restored (a permanent failure of an agent-selected model).
+   *
+   * @generated from field: bool reverted = 2;
+   */
+  reverted: boolean;
+
+  /**
+   * Message id of the system note appended to the transcript; empty when not reverted.
+   *
+   * @generated from field: string note_message_id = 3;
+   */
+  noteMessageId: string;
+
+  /**
+   * True when this success confirmed an agent-selected model.
+   *
+   * @generated from field: bool selection_confirmed = 4;
+   */
+  selectionConfirmed: boolean;
+
+  /**
+   * True while the session's model is still revertible after this report.
+   *
+   * @generated from field: bool model_revertible = 5;
+   */
+  modelRevertible: boolean;
+
+  /**
+   * Why nothing changed, in words (empty when reverted or confirmed).
+   *
+   * @generated from field: string reason = 6;
+   */
+  reason: string;
+};
+
+/**
+ * Describes the message sessionstate.v1.ReportRunResultResponse.
+ * Use `create(ReportRunResultResponseSchema)` to create a new message.
+ */
+export const ReportRunResultResponseSchema: GenMessage<ReportRunResultResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 28);
+
+/**
+ * Reasoning effort of the session's model. Unspecified = the agent's default.
+ *
+ * @generated from enum sessionstate.v1.ThinkingLevel
+ */
+export enum ThinkingLevel {
+  /**
+   * @generated from enum value: THINKING_LEVEL_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: THINKING_LEVEL_OFF = 1;
+   */
+  OFF = 1,
+
+  /**
+   * @generated from enum value: THINKING_LEVEL_MINIMAL = 2;
+   */
+  MINIMAL = 2,
+
+  /**
+   * @generated from enum value: THINKING_LEVEL_LOW = 3;
+   */
+  LOW = 3,
+
+  /**
+   * @generated from enum value: THINKING_LEVEL_MEDIUM = 4;
+   */
+  MEDIUM = 4,
+
+  /**
+   * @generated from enum value: THINKING_LEVEL_HIGH = 5;
+   */
+  HIGH = 5,
+
+  /**
+   * @generated from enum value: THINKING_LEVEL_XHIGH = 6;
+   */
+  XHIGH = 6,
+}
+
+/**
+ * Describes the enum sessionstate.v1.ThinkingLevel.
+ */
+export const ThinkingLevelSchema: GenEnum<ThinkingLevel> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 0);
+
+/**
  * Session kind (SPEC §1).
  *
  * @generated from enum sessionstate.v1.SessionKind
@@ -779,7 +1394,7 @@ export enum SessionKind {
  * Describes the enum sessionstate.v1.SessionKind.
  */
 export const SessionKindSchema: GenEnum<SessionKind> = /*@__PURE__*/
-  enumDesc(file_sessionstate_v1_session, 0);
+  enumDesc(file_sessionstate_v1_session, 1);
 
 /**
  * State of the session's latest run.
@@ -825,7 +1440,121 @@ export enum RunStatus {
  * Describes the enum sessionstate.v1.RunStatus.
  */
 export const RunStatusSchema: GenEnum<RunStatus> = /*@__PURE__*/
-  enumDesc(file_sessionstate_v1_session, 1);
+  enumDesc(file_sessionstate_v1_session, 2);
+
+/**
+ * How a run ended, as far as the model is concerned.
+ *
+ * @generated from enum sessionstate.v1.RunResultOutcome
+ */
+export enum RunResultOutcome {
+  /**
+   * @generated from enum value: RUN_RESULT_OUTCOME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The run succeeded: an agent-selected model is confirmed (no longer revertible).
+   *
+   * @generated from enum value: RUN_RESULT_OUTCOME_SUCCEEDED = 1;
+   */
+  SUCCEEDED = 1,
+
+  /**
+   * The run failed; failure says why.
+   *
+   * @generated from enum value: RUN_RESULT_OUTCOME_FAILED = 2;
+   */
+  FAILED = 2,
+}
+
+/**
+ * Describes the enum sessionstate.v1.RunResultOutcome.
+ */
+export const RunResultOutcomeSchema: GenEnum<RunResultOutcome> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 3);
+
+/**
+ * Why a model call failed. AUTH, BILLING and MODEL_NOT_FOUND are permanent; the rest are
+ * transient and never revert.
+ *
+ * @generated from enum sessionstate.v1.ModelFailure
+ */
+export enum ModelFailure {
+  /**
+   * @generated from enum value: MODEL_FAILURE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * Permanent: credentials rejected.
+   *
+   * @generated from enum value: MODEL_FAILURE_AUTH = 1;
+   */
+  AUTH = 1,
+
+  /**
+   * Permanent: quota or payment.
+   *
+   * @generated from enum value: MODEL_FAILURE_BILLING = 2;
+   */
+  BILLING = 2,
+
+  /**
+   * Permanent: the provider does not know the model.
+   *
+   * @generated from enum value: MODEL_FAILURE_MODEL_NOT_FOUND = 3;
+   */
+  MODEL_NOT_FOUND = 3,
+
+  /**
+   * Transient.
+   *
+   * @generated from enum value: MODEL_FAILURE_RATE_LIMIT = 4;
+   */
+  RATE_LIMIT = 4,
+
+  /**
+   * Transient.
+   *
+   * @generated from enum value: MODEL_FAILURE_OVERLOADED = 5;
+   */
+  OVERLOADED = 5,
+
+  /**
+   * Transient.
+   *
+   * @generated from enum value: MODEL_FAILURE_TIMEOUT = 6;
+   */
+  TIMEOUT = 6,
+
+  /**
+   * Transient.
+   *
+   * @generated from enum value: MODEL_FAILURE_NETWORK = 7;
+   */
+  NETWORK = 7,
+
+  /**
+   * Transient: a provider server error.
+   *
+   * @generated from enum value: MODEL_FAILURE_SERVER = 8;
+   */
+  SERVER = 8,
+
+  /**
+   * Not classified: treated as transient (a selection is never reverted on a guess).
+   *
+   * @generated from enum value: MODEL_FAILURE_OTHER = 9;
+   */
+  OTHER = 9,
+}
+
+/**
+ * Describes the enum sessionstate.v1.ModelFailure.
+ */
+export const ModelFailureSchema: GenEnum<ModelFailure> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 4);
 
 /**
  * SessionService is the registry of sessions: who exists, who spawned whom, and the
@@ -888,6 +1617,7 @@ export const SessionService: GenService<{
   },
   /**
    * Removes the session, its events, its head and every cursor it is part of.
+   * Its transcripts (current and earlier ones) and model selection go with it.
    *
    * @generated from rpc sessionstate.v1.SessionService.DeleteSession
    */
@@ -895,6 +1625,70 @@ export const SessionService: GenService<{
     methodKind: "unary";
     input: typeof DeleteSessionRequestSchema;
     output: typeof DeleteSessionResponseSchema;
+  },
+  /**
+   * The sessions tool's patch: label, sidebar icon, pinned, archived, model and thinking
+   * level of a session the requester may see. Nothing else (no reset, delete, compaction).
+   *
+   * @generated from rpc sessionstate.v1.SessionService.PatchSession
+   */
+  patchSession: {
+    methodKind: "unary";
+    input: typeof PatchSessionRequestSchema;
+    output: typeof PatchSessionResponseSchema;
+  },
+  /**
+   * The ordered global catalog of session groups (group_list).
+   *
+   * @generated from rpc sessionstate.v1.SessionService.ListGroups
+   */
+  listGroups: {
+    methodKind: "unary";
+    input: typeof ListGroupsRequestSchema;
+    output: typeof ListGroupsResponseSchema;
+  },
+  /**
+   * Replaces the whole ordered catalog (group_set).
+   *
+   * @generated from rpc sessionstate.v1.SessionService.SetGroups
+   */
+  setGroups: {
+    methodKind: "unary";
+    input: typeof SetGroupsRequestSchema;
+    output: typeof SetGroupsResponseSchema;
+  },
+  /**
+   * Renames one group in place (group_rename).
+   *
+   * @generated from rpc sessionstate.v1.SessionService.RenameGroup
+   */
+  renameGroup: {
+    methodKind: "unary";
+    input: typeof RenameGroupRequestSchema;
+    output: typeof RenameGroupResponseSchema;
+  },
+  /**
+   * Removes one group; the others keep their order (group_delete).
+   *
+   * @generated from rpc sessionstate.v1.SessionService.DeleteGroup
+   */
+  deleteGroup: {
+    methodKind: "unary";
+    input: typeof DeleteGroupRequestSchema;
+    output: typeof DeleteGroupResponseSchema;
+  },
+  /**
+   * A Gateway reports how a run with the session's model went (model revert rule, SPEC §4):
+   * a model an agent selected stays revertible until a run with it succeeds; a permanent
+   * failure (auth, billing, model not found) restores the previous model and appends a
+   * visible system note to the transcript; transient failures change nothing.
+   *
+   * @generated from rpc sessionstate.v1.SessionService.ReportRunResult
+   */
+  reportRunResult: {
+    methodKind: "unary";
+    input: typeof ReportRunResultRequestSchema;
+    output: typeof ReportRunResultResponseSchema;
   },
 }> = /*@__PURE__*/
   serviceDesc(file_sessionstate_v1_session, 0);

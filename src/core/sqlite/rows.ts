@@ -6,6 +6,7 @@ import type {
   RunOutcome,
   RunStatus,
   SessionKind,
+  ThinkingLevel,
   SessionRecord,
   SignalEvent,
   WatchCursor,
@@ -67,6 +68,8 @@ export interface SessionRow {
   created_at: number;
   updated_at: number;
   state_version: number | null;
+  sidebar_icon: string;
+  thinking_level: string;
 }
 
 export function sessionFromRow(row: SessionRow, childSessionKeys: string[]): SessionRecord {
@@ -91,6 +94,8 @@ export function sessionFromRow(row: SessionRow, childSessionKeys: string[]): Ses
     updatedAt: row.updated_at,
     origin: routeFromColumn(row.origin),
     deliveryContext: routeFromColumn(row.delivery_context),
+    sidebarIcon: row.sidebar_icon || undefined,
+    thinkingLevel: (row.thinking_level || undefined) as ThinkingLevel | undefined,
   };
 }
 

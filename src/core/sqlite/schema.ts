@@ -79,6 +79,88 @@ const MIGRATIONS: string[] = [
   CREATE INDEX cursors_by_target ON session_watch_cursors (target_agent_id, target_key);
   CREATE INDEX cursors_by_agent ON session_watch_cursors (watcher_agent_id);
   `,
+  // Session tools (issue 4): transcripts with their full-text index, patchable session
+  // settings, the pending agent model selection and the global group catalog.
+  `
+  ALTER TABLE sessions ADD COLUMN sidebar_icon TEXT NOT NULL DEFAULT '';
+  ALTER TABLE sessions ADD COLUMN thinking_level TEXT NOT NULL DEFAULT '';
+
+  -- One transcript per session and session id: a reset (new session id) starts a new one.
+  CREATE TABLE transcripts (
+    id             INTEGER PRIMARY KEY,
+    agent_id       TEXT NOT NULL,
+    session_key    TEXT NOT NULL,
+    session_id     TEXT NOT NULL,
+    created_at     INTEGER NOT NULL,
+    last_sequence  INTEGER NOT NULL DEFAULT 0,
+    UNIQUE (agent_id, session_key, session_id)
+  );
+  CREATE INDEX transcripts_by_session_id ON transcripts (session_id);
+
+  -- id is also the full-text index's rowid. content is a JSON array of blocks without image
+  -- data; search_text is the sanitized, redacted user/assistant text (NULL = not indexed).
+  CREATE TABLE transcript_messages (
+    id             INTEGER PRIMARY KEY,
+    transcript_id  INTEGER NOT NULL,
+    sequence       INTEGER NOT NULL,
+    message_id     TEXT NOT NULL,
+    role           TEXT NOT NULL,
+    tools_only     INTEGER NOT NULL,
+    created_at     INTEGER NOT NULL,
+    appended_at    INTEGER NOT NULL,
+    provenance     TEXT,
+    content        TEXT NOT NULL,
+    search_text    TEXT
+  );
+  CREATE UNIQUE INDEX messages_by_id ON transcript_messages (transcript_id, message_id);
+  CREATE UNIQUE INDEX messages_by_sequence ON transcript_messages (transcript_id, sequence);
+  CREATE INDEX messages_without_tools ON transcript_messages (transcript_id, sequence) WHERE tools_only = 0;
+  CREATE INDEX messages_of_users ON transcript_messages (transcript_id, sequence) WHERE role = 'user';
+
+  -- External-content FTS5 index over search_text, kept in step by triggers in the same
+  -- transaction as every insert and delete (no rebuild needed).
+  CREATE VIRTUAL TABLE transcript_search USING fts5 (
+    search_text, content = 'transcript_messages', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2'
+  );
+  CREATE TRIGGER transcript_messages_index AFTER INSERT ON transcript_messages
+    WHEN new.search_text IS NOT NULL BEGIN
+    INSERT INTO transcript_search (rowid, search_text) VALUES (new.id, new.search_text);
+  END;
+  CREATE TRIGGER transcript_messages_unindex AFTER DELETE ON transcript_messages
+    WHEN old.search_text IS NOT NULL BEGIN
+    INSERT INTO transcript_search (transcript_search, rowid, search_text) VALUES ('delete', old.id, old.search_text);
+  END;
+
+  -- A model an agent selected, revertible until a run with it succeeds.
+  CREATE TABLE session_model_selections (
+    agent_id        TEXT NOT NULL,
+    session_key     TEXT NOT NULL,
+    selected_model  TEXT NOT NULL,
+    previous_model  TEXT NOT NULL,
+    selected_at     INTEGER NOT NULL,
+    PRIMARY KEY (agent_id, session_key)
+  ) WITHOUT ROWID;
+
+  -- Deleting a session removes its transcripts (every session id) and its selection in the
+  -- same transaction, whichever code path deletes the row.
+  CREATE TRIGGER sessions_delete_tool_state AFTER DELETE ON sessions BEGIN
+    DELETE FROM transcript_messages WHERE transcript_id IN
+      (SELECT id FROM transcripts WHERE agent_id = old.agent_id AND session_key = old.session_key);
+    DELETE FROM transcripts WHERE agent_id = old.agent_id AND session_key = old.session_key;
+    DELETE FROM session_model_selections WHERE agent_id = old.agent_id AND session_key = old.session_key;
+  END;
+
+  -- The ordered global group catalog and its version.
+  CREATE TABLE session_groups (
+    position  INTEGER PRIMARY KEY,
+    name      TEXT NOT NULL
+  );
+  CREATE TABLE session_group_catalog (
+    singleton   INTEGER PRIMARY KEY CHECK (singleton = 1),
+    version     INTEGER NOT NULL,
+    updated_at  INTEGER NOT NULL
+  );
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -40,6 +40,7 @@ import {
   type EventRow,
   type SessionRow,
 } from "./rows.js";
+import { scopeCondition } from "./scopeSql.js";
 
 /** Rows deleted per pruning transaction, so pruning never holds the write lock for long. */
 const PRUNE_BATCH = 2000;
@@ -334,6 +335,8 @@ export class SqliteStateStore implements StateStore {
       where.push("s.updated_at >= @updatedSince");
       params.updatedSince = filter.updatedSince;
     }
+    const inScope = filter.scope && scopeCondition(filter.scope, "s", params);
+    if (inScope) where.push(inScope);
     // Built from fixed fragments only; values are bound parameters.
     const sql = `${SESSION_SELECT} WHERE ${where.join(" AND ")}
       ORDER BY s.updated_at DESC, s.agent_id, s.session_key LIMIT @limit`;

@@ -22,6 +22,7 @@ import { ServerReflection as ReflectionV1 } from "../../../gen/grpc/reflection/v
 import { ServerReflection as ReflectionV1alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { SessionService } from "../../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../../gen/sessionstate/v1/state_pb.js";
+import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
 import { agentIdOfKey, resolveSession } from "../../core/keys.js";
@@ -65,7 +66,8 @@ const stateRules = serviceRules(StateService, {
 
 const sessionRules = serviceRules(SessionService, {
   upsertSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
-  getSession: { access: "read", agents: (req) => [sessionAgent("session", req.session)] },
+  // A session named by session id could be any agent's: only unscoped callers.
+  getSession: { access: "read", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
   // Without agent_id the list spans every agent, which no gateway scope covers.
   listSessions: { access: "read", agents: (req) => (req.agentId === "" ? EVERY_AGENT : [req.agentId]) },
   // A child key that is not agent-qualified belongs to the parent's agent.
@@ -75,6 +77,19 @@ const sessionRules = serviceRules(SessionService, {
   },
   resetSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
   deleteSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  patchSession: { access: "act", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
+  // The group catalog is global: until scoped rules exist, only unscoped callers.
+  listGroups: { access: "read", agents: () => EVERY_AGENT },
+  setGroups: { access: "act", agents: () => EVERY_AGENT },
+  renameGroup: { access: "act", agents: () => EVERY_AGENT },
+  deleteGroup: { access: "act", agents: () => EVERY_AGENT },
+  reportRunResult: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+});
+
+const transcriptRules = serviceRules(TranscriptService, {
+  appendMessages: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  getHistory: { access: "read", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
+  search: { access: "read", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
 });
 
 const watchRules = serviceRules(WatchService, {
@@ -108,4 +123,4 @@ const watchRules = serviceRules(WatchService, {
 });
 
 /** Every RPC's rule, keyed by full method name. A new service adds its `serviceRules(...)` here. */
-export const POLICY: ReadonlyMap<string, MethodRule> = new Map([...stateRules, ...sessionRules, ...watchRules]);
+export const POLICY: ReadonlyMap<string, MethodRule> = new Map([...stateRules, ...sessionRules, ...watchRules, ...transcriptRules]);

@@ -1,9 +1,12 @@
 /** SessionService handlers: map the request, call the core, map the result. */
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { SessionState } from "../../core/sessionState.js";
+import type { SessionTools } from "../../core/sessionTools.js";
 import type { SessionPatch } from "../../core/model.js";
 import { SessionService, type SessionRef, type UpsertSessionRequest } from "../../../gen/sessionstate/v1/session_pb.js";
-import { eventMessage, int64, routeOf, runStatuses, sessionKinds, sessionListEntry, sessionMessage } from "../convert.js";
+import { eventMessage, int64, routeOf, runStatuses, sessionKinds, sessionMessage } from "../convert.js";
+import type { Logger } from "../logger.js";
+import { sessionToolsService } from "./sessionToolsService.js";
 
 const refOf = (ref: SessionRef | undefined) => ({ sessionKey: ref?.sessionKey ?? "", agentId: ref?.agentId ?? "" });
 
@@ -26,28 +29,14 @@ function patchOf(req: UpsertSessionRequest): SessionPatch {
   };
 }
 
-export function sessionService(core: SessionState): ServiceImpl<typeof SessionService> {
+/** Registry methods here; reads under visibility, patch and groups in sessionToolsService.ts. */
+export function sessionService(core: SessionState, tools: SessionTools, logger: Logger): ServiceImpl<typeof SessionService> {
   return {
+    ...sessionToolsService(tools, logger),
+
     async upsertSession(req) {
       const { session, created } = await core.upsertSession(refOf(req.session), patchOf(req));
       return { session: sessionMessage(session), created };
-    },
-
-    async getSession(req) {
-      return { session: sessionMessage(await core.getSession(refOf(req.session))) };
-    },
-
-    async listSessions(req) {
-      const { sessions, truncated } = await core.listSessions({
-        kinds: req.kinds.map((k, i) => sessionKinds.required(`kinds[${i}]`, k)),
-        label: req.label,
-        agentId: req.agentId,
-        search: req.search,
-        activeMinutes: req.activeMinutes,
-        archived: req.archived,
-        limit: req.limit,
-      });
-      return { sessions: sessions.map(sessionListEntry), truncated };
     },
 
     async spawnSession(req) {

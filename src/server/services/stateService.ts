@@ -2,10 +2,12 @@
 import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { SessionState } from "../../core/sessionState.js";
+import type { SessionTools } from "../../core/sessionTools.js";
 import { AppendResultSchema, StateService } from "../../../gen/sessionstate/v1/state_pb.js";
 import { actorTypes, eventKinds, eventMessage, int64, msOf, runOutcomes, sessionMessage } from "../convert.js";
+import { requesterOf } from "../convertTranscript.js";
 
-export function stateService(core: SessionState): ServiceImpl<typeof StateService> {
+export function stateService(core: SessionState, tools: SessionTools): ServiceImpl<typeof StateService> {
   return {
     async appendEvents(req) {
       const outcomes = await core.appendEvents(
@@ -41,7 +43,9 @@ export function stateService(core: SessionState): ServiceImpl<typeof StateServic
     },
 
     async getStatus(req) {
-      const status = await core.getStatus(
+      // session_status under the requester's visibility (none given = operator view).
+      const status = await tools.getStatus(
+        requesterOf(req.requester),
         { sessionKey: req.session?.sessionKey ?? "", agentId: req.session?.agentId ?? "" },
         req.changesSince === undefined ? undefined : int64("changes_since", req.changesSince),
         req.limit,

@@ -1,0 +1,45 @@
+/**
+ * sessions_search rules (SPEC §4): the query is one exact phrase (its words in order and
+ * adjacent, case-insensitive, punctuation between words ignored), hits are bounded, and
+ * snippets come from the indexed text (already sanitized and redacted) and are redacted again
+ * with the current rules before they leave.
+ */
+import { invalidArgument } from "../errors.js";
+import { checkRange } from "../validation.js";
+import type { Redactor } from "./redact.js";
+
+export const MAX_QUERY_CHARS = 256;
+export const DEFAULT_SEARCH_LIMIT = 10;
+export const MAX_SEARCH_LIMIT = 50;
+export const SNIPPET_CHARS = 300;
+
+/** Checks the query text and returns it trimmed. */
+export function checkQuery(query: string): string {
+  const trimmed = query.trim();
+  if (trimmed === "") throw invalidArgument("query", "must not be empty");
+  if ([...trimmed].length > MAX_QUERY_CHARS) throw invalidArgument("query", `must be at most ${MAX_QUERY_CHARS} characters`);
+  if (!/[\p{L}\p{N}]/u.test(trimmed)) throw invalidArgument("query", "must contain at least one letter or digit");
+  return trimmed;
+}
+
+export function searchLimit(limit: number): number {
+  return limit === 0 ? DEFAULT_SEARCH_LIMIT : checkRange("limit", limit, 1, MAX_SEARCH_LIMIT);
+}
+
+/**
+ * The FTS5 query for an exact phrase: the whole text as one quoted string (inner quotes
+ * doubled), so operators such as AND, NEAR, `*` or `:` in the query are plain words.
+ */
+export function phraseExpression(query: string): string {
+  return `"${query.replace(/"/g, '""')}"`;
+}
+
+/** Bounds a snippet to SNIPPET_CHARS and redacts it with the current rules. */
+export function boundSnippet(snippet: string, redactor: Redactor): string {
+  const text = redactor.redact(snippet.replace(/\s+/gu, " ").trim()).text;
+  if (text.length <= SNIPPET_CHARS) return text;
+  let cut = SNIPPET_CHARS - 1;
+  const last = text.charCodeAt(cut - 1);
+  if (last >= 0xd800 && last <= 0xdbff) cut--;
+  return text.slice(0, cut) + "…";
+}
