@@ -35,6 +35,8 @@ export const DEFAULT_ACK_TIMEOUT_MS = 5_000;
 /** How many acked notice texts are remembered to drop late replays of them. */
 export const DEFAULT_REMEMBER_ACKED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
+/** Answers that a retry cannot change, so the subscription stops instead of reconnecting. */
+const REFUSALS = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);
 
 /** Delay before reconnect attempt `attempt` (0 = first): exponential, capped, less up to `jitter` of it. */
 export function backoffDelay(attempt: number, policy: BackoffPolicy, random: () => number = Math.random): number {
@@ -71,7 +73,7 @@ export type SubscriptionState =
   | "live"
   /** The stream broke; waiting out the backoff delay. */
   | "waiting"
-  /** The service refused the subscription itself (INVALID_ARGUMENT); see `failure`. */
+  /** The service refused the subscription itself (INVALID_ARGUMENT, UNAUTHENTICATED, PERMISSION_DENIED); see `failure`. */
   | "failed"
   | "closed";
 
@@ -258,8 +260,8 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     while (!this.stopping) {
       const end = await this.streamOnce();
       if (this.stopping) return;
-      if (end.reason === "error" && end.code === Code.InvalidArgument) {
-        // The selector itself is wrong; retrying cannot fix it.
+      if (end.reason === "error" && end.code !== undefined && REFUSALS.has(end.code)) {
+        // A wrong selector or credentials: retrying cannot fix it.
         this.failureError = new ConnectError(end.message, end.code);
         safeLog(this.logger, "error", "notice subscription refused", { code: Code[end.code], error: end.message, ...this.request });
         this.setState("failed");
