@@ -1,0 +1,111 @@
+/** Fixtures shared by the bench sections: the product server over a temp file, CPU sampling. */
+import { mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { performance } from "node:perf_hooks";
+import { silentLogger } from "../src/server/logger.js";
+import type { LoadClientProcess } from "./clientProcess.js";
+import type { UnaryLoadJob, UnaryLoadResult } from "./jobs.js";
+import { formatNumber, median } from "./report.js";
+import { startServer, type RunningServer } from "../src/server/server.js";
+
+export interface BenchServer {
+  server: RunningServer;
+  dir: string;
+  stop(): Promise<void>;
+}
+
+/** The real server (startServer) on port 0 over a fresh SQLite file; no pruning timer. */
+export async function startBenchServer(prefix: string): Promise<BenchServer> {
+  const dir = mkdtempSync(join(tmpdir(), `sessionstate-bench-${prefix}-`));
+  const server = await startServer({
+    port: 0,
+    databasePath: join(dir, "state.db"),
+    logger: silentLogger,
+    pruneIntervalMs: 0,
+  });
+  return {
+    server,
+    dir,
+    async stop() {
+      await server.close();
+      rmSync(dir, { recursive: true, force: true });
+    },
+  };
+}
+
+export function tempDir(prefix: string): { path: string; remove(): void } {
+  const path = mkdtempSync(join(tmpdir(), `sessionstate-bench-${prefix}-`));
+  return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
+}
+
+export interface LoadMeasurement {
+  result: UnaryLoadResult;
+  /** CPU time of this (the server's) process per measured call, in µs. */
+  serverCpuUsPerCall: number;
+  /** This process's CPU use during the measured window, in % of one core. */
+  serverCpuPercent: number;
+}
+
+/** Runs a closed-loop load in the client process and samples this process's CPU in its window. */
+export async function measureLoad(client: LoadClientProcess, job: UnaryLoadJob): Promise<LoadMeasurement> {
+  let from: { cpu: NodeJS.CpuUsage; at: number } | undefined;
+  let used: { cpuUs: number; ms: number } | undefined;
+  const result = await client.run(job, (at) => {
+    if (at === "start") {
+      from = { cpu: process.cpuUsage(), at: performance.now() };
+    } else if (from) {
+      const cpu = process.cpuUsage(from.cpu);
+      used = { cpuUs: cpu.user + cpu.system, ms: performance.now() - from.at };
+    }
+  });
+  return {
+    result,
+    serverCpuUsPerCall: used ? used.cpuUs / result.calls : Number.NaN,
+    serverCpuPercent: used ? (used.cpuUs / 1000 / used.ms) * 100 : Number.NaN,
+  };
+}
+
+/** "1,234 calls/s (server 120 µs CPU/call at 45% of a core; client 80 µs/call)". */
+export function describeLoad(m: LoadMeasurement, value: number, unit: string): string {
+  return (
+    `${formatNumber(value)} ${unit} (${m.result.calls} calls; server ${m.serverCpuUsPerCall.toFixed(0)} µs CPU/call ` +
+    `at ${m.serverCpuPercent.toFixed(0)}% of a core; client ${m.result.clientCpuUsPerCall.toFixed(0)} µs CPU/call)`
+  );
+}
+
+/** One figure of one round, with a line of detail for the log. */
+export interface Sample {
+  value: number;
+  /** Server CPU per call, for loads (a figure background load disturbs less than throughput). */
+  cpuUsPerCall?: number;
+  detail: string;
+}
+
+/**
+ * Runs every step once per round, in the given order, and returns each step's samples.
+ * Interleaving references with the product spreads background load over both alike.
+ */
+export async function interleave<K extends string>(
+  rounds: number,
+  steps: Record<K, () => Promise<Sample>>,
+  log: (line: string) => void,
+): Promise<Record<K, Sample[]>> {
+  const samples = Object.fromEntries(Object.keys(steps).map((k) => [k, [] as Sample[]])) as Record<K, Sample[]>;
+  for (let round = 1; round <= rounds; round++) {
+    for (const name of Object.keys(steps) as K[]) {
+      const sample = await steps[name]();
+      samples[name].push(sample);
+      log(`round ${round}/${rounds} ${name}: ${sample.detail}`);
+    }
+  }
+  return samples;
+}
+
+export function medianValue(samples: readonly Sample[]): number {
+  return median(samples.map((s) => s.value));
+}
+
+export function medianCpu(samples: readonly Sample[]): number {
+  return median(samples.map((s) => s.cpuUsPerCall ?? Number.NaN));
+}
