@@ -161,6 +161,37 @@ const MIGRATIONS: string[] = [
     updated_at  INTEGER NOT NULL
   );
   `,
+  // Upstream monitoring (issue 5): links of adopted sessions with their durable markers.
+  `
+  -- marker is the opaque resume state of the last committed check (NULL = no baseline yet);
+  -- marker_version goes up with every committed change, and reports must name it.
+  CREATE TABLE upstream_links (
+    link_id             TEXT PRIMARY KEY,
+    agent_id            TEXT NOT NULL,
+    session_key         TEXT NOT NULL,
+    catalog             TEXT NOT NULL,
+    node_id             TEXT NOT NULL,
+    thread_id           TEXT NOT NULL,
+    kind                TEXT NOT NULL,
+    ref                 TEXT NOT NULL,
+    actor_id            TEXT NOT NULL DEFAULT '',
+    marker              BLOB,
+    marker_version      INTEGER NOT NULL,
+    consecutive_misses  INTEGER NOT NULL DEFAULT 0,
+    last_status         TEXT,
+    last_checked_at     INTEGER,
+    last_error          TEXT NOT NULL DEFAULT '',
+    created_at          INTEGER NOT NULL,
+    refreshed_at        INTEGER NOT NULL,
+    UNIQUE (agent_id, session_key, catalog, thread_id)
+  ) WITHOUT ROWID;
+  CREATE INDEX upstream_links_by_node ON upstream_links (node_id);
+
+  -- Deleting a session (its head goes with it) removes its links in the same transaction.
+  CREATE TRIGGER session_heads_delete_upstream_links AFTER DELETE ON session_heads BEGIN
+    DELETE FROM upstream_links WHERE agent_id = old.agent_id AND session_key = old.session_key;
+  END;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -133,6 +133,15 @@ export class SqliteStateStore implements StateStore {
   // ---- Signal log ----------------------------------------------------------------------
 
   async appendEvents(drafts: EventDraft[], now: number): Promise<{ outcomes: AppendOutcome[]; notices: Notice[] }> {
+    return this.appendEventsNow(drafts, now);
+  }
+
+  /**
+   * appendEvents, synchronously: for a unit of work on this connection that must append in
+   * its own transaction (an upstream report moves its marker with its event). Nested, the
+   * transaction becomes a savepoint of the caller's.
+   */
+  appendEventsNow(drafts: EventDraft[], now: number): { outcomes: AppendOutcome[]; notices: Notice[] } {
     return this.db.transaction(() => {
       const notices: Notice[] = [];
       const outcomes = drafts.map((draft) => this.appendOne(draft, now, notices));

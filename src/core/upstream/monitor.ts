@@ -1,0 +1,266 @@
+/**
+ * The domain entry point of upstream monitoring (SPEC §5): validates link requests and check
+ * reports, hands out the checks of a tick, and records each report through the pure rules
+ * of rules.ts and one store transaction. Transport-free and timer-free: the server's loop
+ * decides when a tick happens and who runs each check (a paired Node, or the service itself
+ * for the local catalog).
+ */
+import { DomainError, failedPrecondition, invalidArgument } from "../errors.js";
+import { resolveSession, checkAgentId, type SessionId } from "../keys.js";
+import type { EventDraft } from "../model.js";
+import type { SessionState } from "../sessionState.js";
+import { checkCount, checkRange, checkToken } from "../validation.js";
+import type {
+  CheckAssignment,
+  CheckReport,
+  CheckStatus,
+  HumanTurn,
+  LinkInput,
+  RecentUserMessages,
+  RecordOutcome,
+  UpstreamKind,
+  UpstreamLink,
+} from "./model.js";
+import { planCheck, type PlannedEvent } from "./rules.js";
+import type { UpstreamStore } from "./store.js";
+
+export const MAX_LIST_LINKS = 1000;
+export const DEFAULT_LIST_LINKS = 100;
+export const MAX_REPORT_TURNS = 100_000;
+export const MAX_TURN_TEXT_BYTES = 16 * 1024;
+export const MAX_MARKER_BYTES = 512 * 1024;
+export const MAX_REPORT_ERROR_BYTES = 1024;
+
+const CATALOG = /^[A-Za-z0-9_.:-]{1,64}$/;
+const NODE_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
+
+/** A node id: 1–128 characters of [A-Za-z0-9_.:-] (the token file uses the same rule). */
+export function checkNodeId(field: string, nodeId: string): string {
+  if (!NODE_ID.test(nodeId)) throw invalidArgument(field, "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'");
+  return nodeId;
+}
+
+/** A LinkUpstream request as the handler maps it (enums already named). */
+export interface LinkRequest {
+  session: { sessionKey: string; agentId: string };
+  catalog: string;
+  nodeId: string;
+  threadId: string;
+  kind: UpstreamKind;
+  ref: string;
+  actorId: string;
+}
+
+export interface ListLinksRequest {
+  agentId: string;
+  session?: { sessionKey: string; agentId: string };
+  nodeId: string;
+  limit: number;
+}
+
+export interface UpstreamMonitorOptions {
+  state: SessionState;
+  store: UpstreamStore;
+  /** Where self-echo finds the session's recent user messages; absent = nothing is an echo. */
+  recentMessages?: RecentUserMessages;
+  /** True when this service scans links of its own host (empty node_id). */
+  localCatalog: boolean;
+}
+
+export class UpstreamMonitor {
+  private readonly state: SessionState;
+  private readonly store: UpstreamStore;
+  private recentMessages: RecentUserMessages | undefined;
+  readonly localCatalog: boolean;
+
+  constructor(options: UpstreamMonitorOptions) {
+    this.state = options.state;
+    this.store = options.store;
+    this.recentMessages = options.recentMessages;
+    this.localCatalog = options.localCatalog;
+  }
+
+  // ---- Links ------------------------------------------------------------------------------
+
+  async link(request: LinkRequest): Promise<{ link: UpstreamLink; created: boolean; adoptedSequence: number }> {
+    const input = this.checkLink(request);
+    const now = this.state.now();
+    const adopted: EventDraft = {
+      session: input.session,
+      kind: "adopted",
+      actorType: input.actorId === "" ? "system" : "agent",
+      actorId: input.actorId,
+      runId: "",
+      occurredAt: now,
+      summary: `adopted from ${input.catalog}`,
+      payload: {},
+      watcherKeys: [],
+    };
+    const { notices, ...result } = await this.store.link(input, adopted, now);
+    this.state.notices.publish(notices);
+    return result;
+  }
+
+  private checkLink(request: LinkRequest): LinkInput {
+    const session = resolveSession("session", request.session.sessionKey, request.session.agentId);
+    if (!CATALOG.test(request.catalog)) {
+      throw invalidArgument("catalog", "must be 1-64 characters of letters, digits, '_', '.', ':' or '-'");
+    }
+    if (request.nodeId === "") {
+      if (!this.localCatalog) {
+        throw failedPrecondition(
+          "node_id: empty means a transcript on the service's own host, but this service scans none (start it with --upstream-root)",
+        );
+      }
+    } else {
+      checkNodeId("node_id", request.nodeId);
+    }
+    if (request.threadId === "") throw invalidArgument("thread_id", "must not be empty");
+    checkToken("thread_id", request.threadId, 256);
+    if (request.ref === "") throw invalidArgument("ref", "must not be empty");
+    checkToken("ref", request.ref, 4096);
+    if (request.kind === "jsonl_transcript") checkRelativePath("ref", request.ref);
+    checkToken("actor_id", request.actorId, 512);
+    return { ...request, session };
+  }
+
+  async unlink(ref: { sessionKey: string; agentId: string }, linkId: string): Promise<number> {
+    const session = resolveSession("session", ref.sessionKey, ref.agentId);
+    checkToken("link_id", linkId, 64);
+    return this.store.unlink(session, linkId === "" ? undefined : linkId);
+  }
+
+  async listLinks(request: ListLinksRequest): Promise<{ links: UpstreamLink[]; truncated: boolean }> {
+    if (request.agentId !== "") checkAgentId("agent_id", request.agentId);
+    const session = request.session && resolveSession("session", request.session.sessionKey, request.session.agentId);
+    if (request.nodeId !== "") checkNodeId("node_id", request.nodeId);
+    const limit = request.limit === 0 ? DEFAULT_LIST_LINKS : checkRange("limit", request.limit, 1, MAX_LIST_LINKS);
+    return this.store.listLinks({ agentId: request.agentId, session, nodeId: request.nodeId === "" ? undefined : request.nodeId, limit });
+  }
+
+  async getLink(linkId: string): Promise<UpstreamLink | undefined> {
+    return this.store.getLink(linkId);
+  }
+
+  /** Connects the transcript store once it exists (self-echo reads the recent messages there). */
+  useRecentMessages(source: RecentUserMessages): void {
+    this.recentMessages = source;
+  }
+
+  // ---- Checks -----------------------------------------------------------------------------
+
+  /**
+   * The checks of one tick: every link some watcher watches, except those whose session has
+   * an active run (they are checked at a later tick, once the run is over).
+   */
+  async dueChecks(): Promise<{ checks: CheckAssignment[]; deferred: number }> {
+    const watched = await this.store.watchedLinks();
+    const checks = watched
+      .filter((w) => !w.running)
+      .map(({ link }) => ({
+        linkId: link.linkId,
+        nodeId: link.nodeId,
+        kind: link.kind,
+        ref: link.ref,
+        marker: link.marker,
+        markerVersion: link.markerVersion,
+        catalog: link.catalog,
+        threadId: link.threadId,
+      }));
+    return { checks, deferred: watched.length - checks.length };
+  }
+
+  /**
+   * Records one report (already validated with checkReport). Appends at most one event and
+   * moves the marker in the same transaction; a report whose link is gone, whose version is
+   * no longer current or whose session now runs changes nothing.
+   */
+  async record(report: CheckReport): Promise<RecordOutcome> {
+    const link = await this.store.getLink(report.linkId);
+    if (!link) return { result: "unlinked" };
+    if (link.markerVersion !== report.markerVersion) return { result: "stale" };
+    const recent = report.status === "found" && report.humanTurns.length > 0 ? await this.recentOf(link.session) : [];
+    const now = this.state.now();
+    const plan = planCheck(link, report, recent, now);
+    const commit = await this.store.commitCheck(
+      {
+        linkId: link.linkId,
+        markerVersion: link.markerVersion,
+        status: plan.status,
+        marker: plan.marker,
+        consecutiveMisses: plan.consecutiveMisses,
+        bumpsVersion: plan.bumpsVersion,
+        lastError: plan.lastError,
+        events: plan.event ? [draftOf(plan.event)] : [],
+        removeLink: plan.removeLink,
+      },
+      now,
+    );
+    if (commit.result !== "committed") return commit;
+    this.state.notices.publish(commit.notices);
+    const appended = commit.outcomes[0];
+    return {
+      result: "committed",
+      link: commit.link,
+      humanTurns: plan.humanTurns,
+      echoes: plan.echoes,
+      removed: plan.removeLink,
+      event:
+        plan.event && appended
+          ? { kind: plan.event.kind, sequence: appended.sequence, duplicate: appended.duplicate, recorded: appended.recorded }
+          : undefined,
+    };
+  }
+
+  private async recentOf(session: SessionId): Promise<string[]> {
+    if (!this.recentMessages) return [];
+    try {
+      return await this.recentMessages.recentUserMessages(session);
+    } catch (err) {
+      // Without them an echo would look like a person typing: leave the report for a later tick.
+      throw new DomainError("unavailable", `recent user messages of "${session.sessionKey}" are unavailable: ${String(err)}`);
+    }
+  }
+
+  /** Validates a report as a Node sent it; `field` prefixes the error. */
+  checkReport(report: CheckReport, field = "report"): CheckReport {
+    if (report.linkId === "") throw invalidArgument(`${field}.link_id`, "must not be empty");
+    checkToken(`${field}.link_id`, report.linkId, 64);
+    checkRange(`${field}.marker_version`, report.markerVersion, 1, Number.MAX_SAFE_INTEGER);
+    checkCount(`${field}.human_turns`, report.humanTurns.length, 0, MAX_REPORT_TURNS);
+    report.humanTurns.forEach((t, i) => checkTurn(`${field}.human_turns[${i}]`, t));
+    if (report.marker.length > MAX_MARKER_BYTES) throw invalidArgument(`${field}.marker`, `must be at most ${MAX_MARKER_BYTES} bytes`);
+    checkToken(`${field}.error`, report.error, MAX_REPORT_ERROR_BYTES);
+    if (report.status === "found" && report.marker.length === 0) {
+      throw invalidArgument(`${field}.marker`, "is required with status FOUND");
+    }
+    if (report.status !== "found" && (report.humanTurns.length > 0 || report.marker.length > 0)) {
+      throw invalidArgument(`${field}.status`, `${statusName(report.status)} carries no human_turns and no marker`);
+    }
+    return report;
+  }
+}
+
+function statusName(status: CheckStatus): string {
+  return status.toUpperCase();
+}
+
+function checkTurn(field: string, turn: HumanTurn): void {
+  if (Buffer.byteLength(turn.text, "utf8") > MAX_TURN_TEXT_BYTES) {
+    throw invalidArgument(`${field}.text`, `must be at most ${MAX_TURN_TEXT_BYTES} bytes`);
+  }
+  checkToken(`${field}.id`, turn.id, 256);
+  checkToken(`${field}.at`, turn.at, 256);
+}
+
+/** A JSONL transcript ref is a path inside the Node's root: relative, without "..". */
+function checkRelativePath(field: string, ref: string): void {
+  if (ref.startsWith("/") || ref.startsWith("\\") || /^[A-Za-z]:/.test(ref)) {
+    throw invalidArgument(field, "must be a path relative to the Node's transcript root, not an absolute path");
+  }
+  if (ref.split(/[\\/]/).includes("..")) throw invalidArgument(field, 'must not contain ".." segments');
+}
+
+function draftOf(event: PlannedEvent): EventDraft {
+  return { ...event, actorId: "", runId: "", watcherKeys: [] };
+}

@@ -1,0 +1,151 @@
+/**
+ * The monitor's clock: one tick every `intervalMs`. Each tick takes the due checks (links
+ * some watcher watches whose session has no active run), sends every connected Node its
+ * own, and runs the checks of the local catalog (empty node_id) right here with the same
+ * scanner the reference Node uses. Ticks never overlap: the next one is scheduled when the
+ * local checks of this one are recorded. Links on a Node that is not connected wait.
+ */
+import type { CheckReport } from "../../core/upstream/model.js";
+import type { UpstreamMonitor } from "../../core/upstream/monitor.js";
+import type { ScanOptions } from "../../upstream/scanner.js";
+import { checkTranscriptLink } from "../../upstream/check.js";
+import type { Logger } from "../logger.js";
+import type { NodeHub } from "./nodeHub.js";
+
+export interface UpstreamLoopOptions {
+  monitor: UpstreamMonitor;
+  hub: NodeHub;
+  intervalMs: number;
+  /** Transcript root of the local catalog; undefined = the service scans nothing itself. */
+  localRoot?: string;
+  /** Scanner settings for local checks (budget per check, text kept per turn). */
+  scan?: ScanOptions;
+  clock: () => number;
+  logger: Logger;
+}
+
+export interface TickSummary {
+  tick: number;
+  due: number;
+  deferred: number;
+  sentToNodes: number;
+  local: number;
+  /** Due checks of Nodes that are not connected. */
+  waiting: number;
+}
+
+export class UpstreamLoop {
+  private ticks = 0;
+  private timer?: NodeJS.Timeout;
+  private current?: Promise<unknown>;
+  private stopped = false;
+
+  constructor(private readonly options: UpstreamLoopOptions) {}
+
+  get intervalMs(): number {
+    return this.options.intervalMs;
+  }
+
+  start(): void {
+    this.schedule(this.options.clock());
+  }
+
+  private schedule(startedAt: number): void {
+    if (this.stopped) return;
+    const delay = Math.max(0, startedAt + this.options.intervalMs - this.options.clock());
+    this.timer = setTimeout(() => {
+      const started = this.options.clock();
+      this.current = this.tick()
+        .catch((err) => this.options.logger.error("upstream tick failed", { error: String(err), stack: (err as Error)?.stack }))
+        .finally(() => this.schedule(started));
+    }, delay).unref();
+  }
+
+  /** One tick (also callable directly). */
+  async tick(): Promise<TickSummary> {
+    const { monitor, hub, logger } = this.options;
+    const tick = ++this.ticks;
+    const at = this.options.clock();
+    const { checks, deferred } = await monitor.dueChecks();
+    const byNode = new Map<string, typeof checks>();
+    for (const check of checks) {
+      const list = byNode.get(check.nodeId);
+      if (list) list.push(check);
+      else byNode.set(check.nodeId, [check]);
+    }
+    let sentToNodes = 0;
+    let connectedDue = 0;
+    for (const connection of hub.connections()) {
+      const own = byNode.get(connection.nodeId) ?? [];
+      connectedDue += own.length;
+      // Sent even when empty: the batch doubles as the stream's heartbeat.
+      sentToNodes += connection.sendChecks(tick, at, own);
+    }
+    const local = this.options.localRoot === undefined ? [] : (byNode.get("") ?? []);
+    for (const check of local) {
+      if (this.stopped) break;
+      const report = await checkTranscriptLink(check, { ...this.options.scan, root: this.options.localRoot! });
+      await recordReport(monitor, report, logger, { source: "local" });
+    }
+    const summary: TickSummary = {
+      tick,
+      due: checks.length,
+      deferred,
+      sentToNodes,
+      local: local.length,
+      waiting: checks.length - connectedDue - local.length,
+    };
+    if (checks.length > 0 || deferred > 0) logger.log("debug", "upstream tick", { ...summary });
+    return summary;
+  }
+
+  async stop(): Promise<void> {
+    this.stopped = true;
+    clearTimeout(this.timer);
+    await this.current;
+  }
+}
+
+/**
+ * Records one report and logs what it did. A report that cannot be recorded now (for
+ * example the recent messages are unavailable) is logged and left for a later tick; it
+ * never ends the Node's stream.
+ */
+export async function recordReport(
+  monitor: UpstreamMonitor,
+  report: CheckReport,
+  logger: Logger,
+  where: { source: "local" | "node"; nodeId?: string },
+): Promise<void> {
+  try {
+    const outcome = await monitor.record(report);
+    const fields = { ...where, linkId: report.linkId, status: report.status };
+    if (outcome.result !== "committed") {
+      logger.log("debug", "upstream report dropped", { ...fields, reason: outcome.result });
+      return;
+    }
+    if (outcome.event?.kind === "human_direct_message") {
+      logger.info("upstream human activity recorded", {
+        ...fields,
+        session: outcome.link?.session.sessionKey,
+        turns: outcome.humanTurns,
+        echoes: outcome.echoes,
+        sequence: outcome.event.sequence,
+        duplicate: outcome.event.duplicate,
+        recorded: outcome.event.recorded,
+      });
+    } else if (outcome.removed) {
+      logger.warn("upstream source missing: link removed", { ...fields, sequence: outcome.event?.sequence });
+    } else if (report.status === "indeterminate") {
+      logger.log("debug", "upstream check indeterminate", { ...fields, error: report.error });
+    } else if (outcome.echoes > 0) {
+      logger.log("debug", "upstream echoes ignored", { ...fields, echoes: outcome.echoes });
+    }
+  } catch (err) {
+    logger.warn("upstream report not recorded; the check is repeated at a later tick", {
+      ...where,
+      linkId: report.linkId,
+      error: String(err),
+    });
+  }
+}
