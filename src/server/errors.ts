@@ -5,6 +5,7 @@
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { DomainError, type DomainErrorKind } from "../core/errors.js";
+import { storageFault } from "../core/sqlite/storageFaults.js";
 import type { Logger } from "./logger.js";
 
 const CODES: Record<DomainErrorKind, Code> = {
@@ -19,6 +20,12 @@ const CODES: Record<DomainErrorKind, Code> = {
 export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
   if (err instanceof ConnectError) return err;
   if (err instanceof DomainError) return new ConnectError(err.message, CODES[err.kind]);
+  // Disk full or a held lock: the machine's condition, answered with a code the client can act on.
+  const fault = storageFault(err);
+  if (fault) {
+    logger.error("storage fault", { procedure, code: (err as { code?: string }).code, error: String(err) });
+    return new ConnectError(fault.message, CODES[fault.kind]);
+  }
   // The client went away mid-stream: nothing failed on our side.
   if ((err as NodeJS.ErrnoException)?.code === "ERR_STREAM_PREMATURE_CLOSE") {
     return new ConnectError("client closed the stream", Code.Canceled);

@@ -14,9 +14,12 @@ export interface DatabaseOptions {
   path: string;
   /**
    * `normal` (default) in WAL mode: a committed transaction survives a crash of the process
-   * (kill -9); on power loss or an OS crash the last transactions before the most recent
-   * checkpoint may roll back, never leaving the file corrupt. `full` also syncs the WAL on
-   * every commit, so commits survive power loss, at a cost in write throughput.
+   * (kill -9), because the commit is in the OS before the call returns. On power loss or an
+   * OS crash, the transactions committed since the WAL was last synced (at each checkpoint,
+   * about every 1000 pages of WAL) may roll back: whole transactions, newest first, never a
+   * corrupt file; sequences of lost events can then be issued again. `full` also syncs the
+   * WAL on every commit, so an acknowledged commit survives power loss too, at a cost in
+   * write throughput.
    */
   synchronous?: Synchronous;
   /** How long a writer waits for another connection's lock before SQLITE_BUSY. */

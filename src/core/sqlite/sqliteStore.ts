@@ -549,11 +549,15 @@ export class SqliteStateStore implements StateStore {
   }
 
   close(): void {
-    if (this.db.open) {
+    if (!this.db.open) return;
+    try {
       // Fold the WAL back into the main file so a clean stop leaves one file behind.
       this.db.pragma("wal_checkpoint(TRUNCATE)");
-      this.db.close();
+    } catch {
+      // No room to checkpoint (disk full): the WAL stays and the next open replays it, so
+      // nothing is lost; stopping must not fail for it.
     }
+    this.db.close();
   }
 
   // ---- helpers (run inside the caller's transaction) ---------------------------------------

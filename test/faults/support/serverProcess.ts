@@ -1,0 +1,144 @@
+/**
+ * The real service as a separate OS process, for fault tests that kill it.
+ *
+ * `node bin/sessionstate.js serve` compiles TypeScript through tsx on every start, which
+ * costs about a second of CPU; a crash test with hundreds of kills cannot afford that. So
+ * the same CLI entry (src/cli/main.ts) is bundled once per test run with esbuild (already
+ * installed as tsx's compiler) and started with plain `node`: same code, same flags, same
+ * process model, only pre-compiled. `entry: "bin"` starts the checked-in launcher instead.
+ */
+import { createClient } from "@connectrpc/connect";
+import { createGrpcTransport } from "@connectrpc/connect-node";
+import { spawn, type ChildProcess } from "node:child_process";
+import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { Health, HealthCheckResponse_ServingStatus } from "../../../gen/grpc/health/v1/health_pb.js";
+
+export const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+
+let bundle: Promise<{ path: string; remove(): void }> | undefined;
+
+/** Bundles src/cli/main.ts into one ES module (once per test file); better-sqlite3 stays external. */
+export function serverBundle(): Promise<{ path: string; remove(): void }> {
+  return (bundle ??= (async () => {
+    const { build } = await import("esbuild");
+    const dir = mkdtempSync(join(tmpdir(), "sessionstate-bundle-"));
+    // The bundle resolves its one external (the native better-sqlite3) from the repository.
+    symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"), "dir");
+    const path = join(dir, "sessionstate.mjs");
+    await build({
+      entryPoints: [join(ROOT, "src/cli/main.ts")],
+      bundle: true,
+      platform: "node",
+      format: "esm",
+      target: "node20",
+      external: ["better-sqlite3"],
+      outfile: path,
+      logLevel: "error",
+      // Some dependencies are CommonJS that call require(): give the ES module one.
+      banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
+    });
+    return { path, remove: () => rmSync(dir, { recursive: true, force: true }) };
+  })());
+}
+
+export interface ServerProcess {
+  readonly pid: number;
+  readonly port: number;
+  readonly url: string;
+  readonly process: ChildProcess;
+  /** Milliseconds from spawn to a SERVING health answer. */
+  readonly startupMs: number;
+  /** Everything the process wrote to stderr and stdout so far. */
+  output(): string;
+  /** SIGKILL, resolved once the process is gone. */
+  kill9(): Promise<void>;
+  /** SIGTERM (graceful stop), resolved with the exit code. */
+  stop(): Promise<number | null>;
+  readonly exited: Promise<number | null>;
+}
+
+const live = new Set<ChildProcess>();
+
+/** Kills (by PID) every server process this module started that is still running. */
+export function killAllServerProcesses(): void {
+  for (const child of live) {
+    if (child.exitCode === null && child.signalCode === null) child.kill("SIGKILL");
+  }
+  live.clear();
+}
+
+export interface StartOptions {
+  port: number;
+  db: string;
+  /** "bundle" (default) or the checked-in launcher "bin". */
+  entry?: "bundle" | "bin";
+  /** More `serve` flags, e.g. ["--retention-rows", "100"]. */
+  args?: string[];
+  /** Give up waiting for readiness after this long. Default 30 s. */
+  readyTimeoutMs?: number;
+}
+
+export async function startServerProcess(options: StartOptions): Promise<ServerProcess> {
+  const entry = options.entry === "bin" ? join(ROOT, "bin/sessionstate.js") : (await serverBundle()).path;
+  const started = performance.now();
+  const child = spawn(
+    process.execPath,
+    [entry, "serve", "--port", String(options.port), "--db", options.db, "--log-level", "warn", ...(options.args ?? [])],
+    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
+  );
+  live.add(child);
+  let output = "";
+  child.stdout!.on("data", (chunk) => (output += chunk));
+  child.stderr!.on("data", (chunk) => (output += chunk));
+  const exited = new Promise<number | null>((resolve) =>
+    child.once("exit", (code) => {
+      live.delete(child);
+      resolve(code);
+    }),
+  );
+  const url = `http://127.0.0.1:${options.port}`;
+  let gone = false;
+  void exited.then(() => (gone = true));
+  await waitServing(url, () => gone, options.readyTimeoutMs ?? 30_000).catch((err: Error) => {
+    child.kill("SIGKILL");
+    throw new Error(`${err.message}; server output: ${output}`);
+  });
+  const startupMs = performance.now() - started;
+  return {
+    pid: child.pid!,
+    port: options.port,
+    url,
+    process: child,
+    startupMs,
+    output: () => output,
+    exited,
+    async kill9() {
+      child.kill("SIGKILL");
+      await exited;
+    },
+    async stop() {
+      child.kill("SIGTERM");
+      return exited;
+    },
+  };
+}
+
+/** Polls grpc.health.v1.Health/Check until the server answers SERVING. */
+export async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
+  const health = createClient(Health, createGrpcTransport({ baseUrl: url }));
+  const deadline = performance.now() + timeoutMs;
+  for (;;) {
+    if (gone()) throw new Error("server process exited before it was serving");
+    try {
+      const res = await health.check({ service: "" }, { timeoutMs: 1000 });
+      if (res.status === HealthCheckResponse_ServingStatus.SERVING) return;
+    } catch {
+      // Not listening yet.
+    }
+    if (performance.now() > deadline) throw new Error(`server at ${url} not serving after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 10));
+  }
+}
