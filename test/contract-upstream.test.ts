@@ -1,0 +1,167 @@
+/**
+ * Contract tests of UpstreamService: every RPC through the generated client over Connect,
+ * gRPC and gRPC-Web against the real server, each with a valid request and a rejected one.
+ * ConnectNode is an HTTP/2 bidi stream: hello → welcome → a CheckBatch per tick → reports.
+ */
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { EventKind } from "../gen/sessionstate/v1/event_pb.js";
+import { SessionKind } from "../gen/sessionstate/v1/session_pb.js";
+import {
+  CheckStatus,
+  ConnectNodeRequestSchema,
+  UpstreamKind,
+  UpstreamService,
+  type ConnectNodeRequest,
+  type ConnectNodeResponse,
+} from "../gen/sessionstate/v1/upstream_pb.js";
+import { PROTOCOLS, startTestServer, transportFor, type TestServer } from "./support/harness.js";
+
+let t: TestServer;
+beforeAll(async () => {
+  t = await startTestServer({ upstreamIntervalMs: 100 });
+});
+afterAll(() => t.stop());
+
+async function code(p: Promise<unknown>): Promise<Code | undefined> {
+  try {
+    await p;
+    return undefined;
+  } catch (err) {
+    return ConnectError.from(err).code;
+  }
+}
+
+/** The Node's side of a ConnectNode stream, driven step by step. */
+class NodeStream {
+  private readonly pending: ConnectNodeRequest[] = [];
+  private wake?: () => void;
+  private closed = false;
+  private readonly responses: AsyncIterator<ConnectNodeResponse>;
+  private readonly abort = new AbortController();
+
+  constructor(client: Client<typeof UpstreamService>) {
+    const self = this;
+    const requests: AsyncIterable<ConnectNodeRequest> = {
+      async *[Symbol.asyncIterator]() {
+        for (;;) {
+          while (self.pending.length > 0) yield self.pending.shift()!;
+          if (self.closed) return;
+          await new Promise<void>((r) => (self.wake = r));
+        }
+      },
+    };
+    this.responses = client.connectNode(requests, { signal: this.abort.signal })[Symbol.asyncIterator]();
+  }
+
+  send(message: MessageInitShape<typeof ConnectNodeRequestSchema>): void {
+    this.pending.push(create(ConnectNodeRequestSchema, message));
+    this.wake?.();
+  }
+
+  async next(): Promise<ConnectNodeResponse | undefined> {
+    const r = await this.responses.next();
+    return r.done ? undefined : r.value;
+  }
+
+  /** The next check batch that carries at least one assignment. */
+  async nextAssignments() {
+    for (;;) {
+      const message = (await this.next())?.message;
+      if (!message) throw new Error("stream ended");
+      if (message.case === "checks" && message.value.assignments.length > 0) return message.value;
+    }
+  }
+
+  close(): void {
+    this.closed = true;
+    this.wake?.();
+    this.abort.abort();
+  }
+}
+
+describe.each(PROTOCOLS)("UpstreamService over %s", (protocol) => {
+  let c: Client<typeof UpstreamService>;
+  const agent = `up${protocol.replace("-", "")}`;
+  const session = `agent:${agent}:adopted`;
+  const node = `node-${agent}`;
+  let linkId = "";
+
+  beforeAll(() => {
+    c = createClient(UpstreamService, transportFor(t.url, protocol));
+  });
+
+  it("UpstreamService.LinkUpstream", async () => {
+    const res = await c.linkUpstream({
+      session: { sessionKey: session },
+      catalog: "claude-code",
+      nodeId: node,
+      threadId: "th-1",
+      kind: UpstreamKind.JSONL_TRANSCRIPT,
+      ref: "project/th-1.jsonl",
+      actorId: `agent:${agent}:main`,
+    });
+    expect(res).toMatchObject({ created: true, link: { catalog: "claude-code", nodeId: node, threadId: "th-1", hasMarker: false, markerVersion: 1n } });
+    expect(res.adoptedSequence).toBeGreaterThan(0n);
+    linkId = res.link!.linkId;
+    const status = await t.state.getStatus({ session: { sessionKey: session }, changesSince: 0n });
+    expect(status.stateChanges!.events.map((e) => e.kind)).toEqual([EventKind.ADOPTED]);
+    const again = await c.linkUpstream({ session: { sessionKey: session }, catalog: "claude-code", nodeId: node, threadId: "th-1", kind: UpstreamKind.JSONL_TRANSCRIPT, ref: "project/th-1.jsonl" });
+    expect(again).toMatchObject({ created: false, adoptedSequence: 0n, link: { linkId, markerVersion: 2n } });
+
+    expect(await code(c.linkUpstream({ session: { sessionKey: session }, catalog: "claude-code", nodeId: node, threadId: "th-1", ref: "x.jsonl" }))).toBe(Code.InvalidArgument);
+    expect(await code(c.linkUpstream({ session: { sessionKey: session }, catalog: "claude-code", nodeId: node, threadId: "th-1", kind: UpstreamKind.JSONL_TRANSCRIPT, ref: "../x.jsonl" }))).toBe(Code.InvalidArgument);
+    // This server has no local catalog root.
+    expect(await code(c.linkUpstream({ session: { sessionKey: session }, catalog: "claude-code", threadId: "th-1", kind: UpstreamKind.JSONL_TRANSCRIPT, ref: "x.jsonl" }))).toBe(Code.FailedPrecondition);
+  });
+
+  it("UpstreamService.ListUpstreamLinks", async () => {
+    const res = await c.listUpstreamLinks({ agentId: agent });
+    expect(res).toMatchObject({ truncated: false, links: [{ linkId, session: { sessionKey: session, agentId: agent } }] });
+    expect((await c.listUpstreamLinks({ nodeId: node, limit: 1 })).links).toHaveLength(1);
+    expect(await code(c.listUpstreamLinks({ limit: 5000 }))).toBe(Code.InvalidArgument);
+  });
+
+  it("UpstreamService.ConnectNode", async () => {
+    await t.sessions.upsertSession({ session: { sessionKey: session }, kind: SessionKind.MAIN });
+    await t.watch.watch({ watcherSessionKey: `agent:${agent}:main`, targetSessionKey: session });
+    const stream = new NodeStream(c);
+    try {
+      stream.send({ nodeId: node, message: { case: "hello", value: { software: "contract-test", kinds: [UpstreamKind.JSONL_TRANSCRIPT] } } });
+      const welcome = await stream.next();
+      expect(welcome?.message).toMatchObject({ case: "welcome", value: { nodeId: node } });
+      const batch = await stream.nextAssignments();
+      const [assignment] = batch.assignments;
+      expect(assignment).toMatchObject({ linkId, ref: "project/th-1.jsonl", kind: UpstreamKind.JSONL_TRANSCRIPT, catalog: "claude-code", threadId: "th-1" });
+      expect(assignment.marker).toHaveLength(0);
+      stream.send({
+        nodeId: node,
+        message: { case: "report", value: { linkId, markerVersion: assignment.markerVersion, status: CheckStatus.FOUND, marker: new TextEncoder().encode('{"offset":10}') } },
+      });
+      const next = await stream.nextAssignments();
+      expect(next.assignments[0]).toMatchObject({ linkId, markerVersion: assignment.markerVersion + 1n });
+      expect(new TextDecoder().decode(next.assignments[0].marker)).toBe('{"offset":10}');
+      // A report for a link this stream was never given ends the stream.
+      stream.send({ nodeId: node, message: { case: "report", value: { linkId: "lnk_unassigned", markerVersion: 1n, status: CheckStatus.MISSING } } });
+      expect(await code((async () => { for (;;) if (!(await stream.next())) return; })())).toBe(Code.PermissionDenied);
+    } finally {
+      stream.close();
+    }
+
+    const bad = new NodeStream(c);
+    try {
+      bad.send({ nodeId: node, message: { case: "report", value: { linkId, markerVersion: 1n, status: CheckStatus.FOUND } } });
+      expect(await code(bad.next())).toBe(Code.InvalidArgument);
+    } finally {
+      bad.close();
+    }
+  });
+
+  it("UpstreamService.UnlinkUpstream", async () => {
+    expect(await c.unlinkUpstream({ session: { sessionKey: session }, linkId })).toMatchObject({ removed: 1 });
+    expect(await c.unlinkUpstream({ session: { sessionKey: session } })).toMatchObject({ removed: 0 });
+    expect((await c.listUpstreamLinks({ agentId: agent })).links).toEqual([]);
+    expect(await code(c.unlinkUpstream({ session: { sessionKey: "global" } }))).toBe(Code.InvalidArgument);
+  });
+});
