@@ -6,12 +6,18 @@ import type { Synchronous } from "../core/sqlite/database.js";
 import { DAY_MS } from "../core/signalLog.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
+import { TokenFile } from "../server/auth/tokens.js";
+import type { TlsOptions } from "../server/tls.js";
+import { readFileSync } from "node:fs";
+import { createSecureContext } from "node:tls";
 
 export interface Setting {
   flag: string;
   env: string;
   description: string;
   default: string;
+  /** A switch: `--flag` alone means true; the variable takes true or false. */
+  boolean?: true;
 }
 
 /** The configuration table (the README repeats it). */
@@ -26,14 +32,19 @@ export const SETTINGS: Setting[] = [
   { flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
   { flag: "max-request-bytes", env: "SESSIONSTATE_MAX_REQUEST_BYTES", description: "Largest request message accepted", default: String(DEFAULTS.readMaxBytes) },
   { flag: "log-level", env: "SESSIONSTATE_LOG_LEVEL", description: "debug, info, warn or error", default: "info" },
+  { flag: "tokens", env: "SESSIONSTATE_TOKENS", description: "Token file (hashed bearer tokens; reloaded on SIGHUP). None = no authentication, loopback only", default: "" },
+  { flag: "insecure", env: "SESSIONSTATE_INSECURE", description: "Allow a non-loopback --host without --tokens (anyone reaching the port may do anything)", default: "false", boolean: true },
+  { flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
+  { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
 ];
 
 export class ConfigError extends Error {}
 
-export function serverConfig(flags: Record<string, string | undefined>, env: NodeJS.ProcessEnv): ServerOptions & { logLevel: LogLevel } {
+export function serverConfig(flags: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): ServerOptions & { logLevel: LogLevel } {
   const value = (flag: string): string => {
     const s = SETTINGS.find((x) => x.flag === flag)!;
-    return flags[flag] ?? env[s.env] ?? s.default;
+    const given = flags[flag];
+    return (typeof given === "boolean" ? String(given) : given) ?? env[s.env] ?? s.default;
   };
   const int = (flag: string, min: number, max: number): number => {
     const raw = value(flag);
@@ -58,5 +69,38 @@ export function serverConfig(flags: Record<string, string | undefined>, env: Nod
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
     readMaxBytes: int("max-request-bytes", 1024, 64 * 1024 * 1024),
     logLevel: oneOf<LogLevel>("log-level", ["debug", "info", "warn", "error"]),
+    tokens: tokenFile(value("tokens")),
+    insecure: oneOf("insecure", ["true", "false"]) === "true",
+    tls: tlsOptions(value("tls-cert"), value("tls-key")),
   };
+}
+
+function tokenFile(path: string): TokenFile | undefined {
+  if (path === "") return undefined;
+  try {
+    return TokenFile.load(path);
+  } catch (err) {
+    throw new ConfigError(`--tokens: ${(err as Error).message}`);
+  }
+}
+
+/** Both files or neither; read and checked as a pair now, so a bad pair fails at start-up. */
+function tlsOptions(certPath: string, keyPath: string): TlsOptions | undefined {
+  if (certPath === "" && keyPath === "") return undefined;
+  if (certPath === "") throw new ConfigError("--tls-cert: required with --tls-key (TLS needs both)");
+  if (keyPath === "") throw new ConfigError("--tls-key: required with --tls-cert (TLS needs both)");
+  const read = (flag: string, path: string) => {
+    try {
+      return readFileSync(path);
+    } catch (err) {
+      throw new ConfigError(`--${flag}: cannot read "${path}" (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+    }
+  };
+  const tls = { cert: read("tls-cert", certPath), key: read("tls-key", keyPath) };
+  try {
+    createSecureContext(tls);
+  } catch (err) {
+    throw new ConfigError(`--tls-cert, --tls-key: not a matching PEM certificate and private key (${(err as Error).message})`);
+  }
+  return tls;
 }

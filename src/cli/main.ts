@@ -12,7 +12,11 @@ import { WatchService, NoticeSchema } from "../../gen/sessionstate/v1/watch_pb.j
 import { NoticeSubscription } from "../client/noticeSubscription.js";
 import { createLogger } from "../server/logger.js";
 import { startServer } from "../server/server.js";
+import { InsecureBindError } from "../server/auth/exposure.js";
+import { TokenFile } from "../server/auth/tokens.js";
+import { bearerToken } from "../client/bearer.js";
 import { ConfigError, serverConfig, SETTINGS } from "./config.js";
+import { reloadTokensOnSighup, tokenCommand } from "./tokens.js";
 
 const USAGE = `Usage: sessionstate <command> [options]
 
@@ -23,8 +27,11 @@ Commands:
                               [--actor-id ID] [--outcome error|timeout|cancelled] [--channel C]
                               [--dedupe-key K] [--agent ID]
   tail --agent ID             Print notices for an agent's watchers as they arrive [--ack]
+  token create                Make a bearer token: --name N --role gateway|node|admin|reader
+                              [--agent ID ...] [--node ID] [--json]
 
-Client commands reach the server at --server URL (env SESSIONSTATE_URL, default http://127.0.0.1:8080).
+Client commands reach the server at --server URL (env SESSIONSTATE_URL, default http://127.0.0.1:8080)
+and send the bearer token in SESSIONSTATE_TOKEN when it is set.
 
 serve options (flag, environment variable, default):
 ${SETTINGS.map((s) => `  --${s.flag.padEnd(20)} ${s.env.padEnd(32)} ${s.default}`).join("\n")}
@@ -41,6 +48,8 @@ async function main(argv: string[]): Promise<number> {
       return append(rest);
     case "tail":
       return tail(rest);
+    case "token":
+      return tokenCommand(rest);
     case undefined:
     case "help":
     case "--help":
@@ -54,11 +63,12 @@ async function main(argv: string[]): Promise<number> {
 }
 
 async function serve(args: string[]): Promise<number> {
-  const options = Object.fromEntries(SETTINGS.map((s) => [s.flag, { type: "string" as const }]));
+  const options = Object.fromEntries(SETTINGS.map((s) => [s.flag, { type: s.boolean ? ("boolean" as const) : ("string" as const) }]));
   const { values } = parseArgs({ args, options, strict: true });
-  const config = serverConfig(values as Record<string, string | undefined>, process.env);
+  const config = serverConfig(values as Record<string, string | boolean | undefined>, process.env);
   const logger = createLogger({ level: config.logLevel });
   const server = await startServer({ ...config, logger });
+  const stopReloading = config.tokens instanceof TokenFile ? reloadTokensOnSighup(config.tokens, logger) : undefined;
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       logger.info("stopping", { signal });
@@ -67,12 +77,18 @@ async function serve(args: string[]): Promise<number> {
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
   });
+  stopReloading?.();
   await server.close();
   return 0;
 }
 
 function transport(url: string | undefined) {
-  return createConnectTransport({ baseUrl: url ?? process.env.SESSIONSTATE_URL ?? "http://127.0.0.1:8080", httpVersion: "2" });
+  const token = process.env.SESSIONSTATE_TOKEN;
+  return createConnectTransport({
+    baseUrl: url ?? process.env.SESSIONSTATE_URL ?? "http://127.0.0.1:8080",
+    httpVersion: "2",
+    interceptors: token ? [bearerToken(token)] : [],
+  });
 }
 
 function enumValue<E extends Record<string, string | number>>(e: E, prefix: string, name: string, flag: string): number {
@@ -171,6 +187,6 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
     process.stderr.write(`sessionstate: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(err instanceof ConfigError ? 2 : 1);
+    process.exit(err instanceof ConfigError || err instanceof InsecureBindError ? 2 : 1);
   },
 );

@@ -10,6 +10,7 @@ import {
   Http2SessionManager,
   type Http2SessionOptions,
 } from "@connectrpc/connect-node";
+import { bearerToken } from "./bearer.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
@@ -21,6 +22,8 @@ export interface GatewayClientOptions {
   protocol?: Protocol;
   /** HTTP/2 keepalive (PING) and idle-connection settings. */
   http2?: Http2SessionOptions;
+  /** Bearer token sent with every call (servers started with a token file require one). */
+  token?: string;
 }
 
 export interface GatewayClients {
@@ -34,7 +37,8 @@ export interface GatewayClients {
 
 export function createGatewayClients(baseUrl: string, options: GatewayClientOptions = {}): GatewayClients {
   const sessionManager = new Http2SessionManager(baseUrl, options.http2);
-  const transportOptions = { baseUrl, httpVersion: "2" as const, sessionManager };
+  const interceptors = options.token === undefined ? [] : [bearerToken(options.token)];
+  const transportOptions = { baseUrl, httpVersion: "2" as const, sessionManager, interceptors };
   const transport =
     options.protocol === "grpc"
       ? createGrpcTransport(transportOptions)

@@ -5,6 +5,7 @@ export { StateService, type GetStatusResponse } from "../../gen/sessionstate/v1/
 export { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
 export { EventKind, ActorType, RunOutcome, type SessionStateEvent } from "../../gen/sessionstate/v1/event_pb.js";
 export { createGatewayClients, type GatewayClients, type GatewayClientOptions, type Protocol } from "./clients.js";
+export { bearerToken } from "./bearer.js";
 export { stderrLogger, type ClientLogger } from "./logger.js";
 export {
   recordEvent,

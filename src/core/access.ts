@@ -52,6 +52,8 @@ export interface Demand {
   access: Access;
   /** The agents whose sessions the call reads or acts on. */
   agents?: () => AgentTargets;
+  /** The call's object belongs to no agent (a global catalog): naming no agent is fine. */
+  agentless?: boolean;
   /** The node ids the call reports for. */
   nodes?: () => readonly string[];
 }
@@ -74,8 +76,8 @@ export function rolesFor(access: Access): string {
 export function decide(principal: Principal, demand: Demand): string | undefined {
   const who = `token "${principal.name}" has role ${principal.role}`;
   if (!mayAccess(principal.role, demand.access)) {
-    const grants = GRANTS[principal.role].map((a) => ACCESS_WORDS[a]).join("; ");
-    return `${who}, which only ${grants}; ${demand.procedure} ${ACCESS_WORDS[demand.access]} and needs a ${rolesFor(demand.access)} token`;
+    const grants = GRANTS[principal.role].map((a) => ACCESS_WORDS[a]).join(" and ");
+    return `${who}, which only ${grants}; ${demand.procedure} ${ACCESS_WORDS[demand.access]} and needs a token with role ${rolesFor(demand.access)}`;
   }
   switch (principal.role) {
     case "gateway":
@@ -91,8 +93,10 @@ export function decide(principal: Principal, demand: Demand): string | undefined
 function agentScopeDenial(scope: string, allowed: readonly string[], demand: Demand): string | undefined {
   if (!demand.agents) return `${scope}; ${demand.procedure} has no agent scope rule, so only unscoped roles may call it`;
   const targets = demand.agents();
-  if (targets === EVERY_AGENT) return `${scope}; request targets every agent (name one agent)`;
-  if (targets.length === 0) return `${scope}; request names no session of an agent`;
+  if (targets === EVERY_AGENT) {
+    return `${scope}; request may reach every agent's sessions (narrow it with an agent id, a session key, or a requester whose visibility is narrower than ALL)`;
+  }
+  if (targets.length === 0 && !demand.agentless) return `${scope}; request names no session of an agent`;
   const outside = [...new Set(targets.filter((a) => !allowed.includes(a)))];
   if (outside.length === 0) return undefined;
   return `${scope}; request targets ${outside.length === 1 ? "agent" : "agents"} ${outside.map((a) => `"${a}"`).join(", ")}`;

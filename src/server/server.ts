@@ -22,7 +22,7 @@ import { PRODUCT_SERVICES, routes } from "./routes.js";
 import { checkExposure, type Exposure } from "./auth/exposure.js";
 import { authorization } from "./auth/interceptor.js";
 import type { Authenticator } from "./auth/tokens.js";
-import { createSecureListener, type TlsOptions } from "./tls.js";
+import { createTlsServer, type TlsOptions } from "./tls.js";
 
 export interface ServerOptions {
   /** Interface to bind; default 127.0.0.1. */
@@ -115,8 +115,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     writeMaxBytes: 16 * 1024 * 1024,
     shutdownSignal: shutdown.signal,
   });
-  const secure = options.tls ? createSecureListener(handler, options.tls) : undefined;
-  const server = secure?.server ?? http2.createServer(handler);
+  const server = options.tls ? createTlsServer(handler, options.tls) : http2.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();
   server.on("session", (s) => {
     sessions.add(s);
@@ -138,7 +137,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     });
   });
   const address = server.address() as AddressInfo;
-  const url = `${secure ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
+  const url = `${options.tls ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
   logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"] });
   logExposure(logger, exposure.kind, url, options.tokens);
 
@@ -155,7 +154,6 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       shutdown.abort(new ConnectError("server is shutting down", Code.Unavailable));
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       for (const s of sessions) s.close();
-      secure?.closeHttp1Connections();
       const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
       const timer = setTimeout(() => {
         for (const s of sessions) s.destroy();

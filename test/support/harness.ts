@@ -10,6 +10,7 @@ import { join } from "node:path";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
+import { bearerToken } from "../../src/client/bearer.js";
 import { silentLogger } from "../../src/server/logger.js";
 import { startServer, type RunningServer, type ServerOptions } from "../../src/server/server.js";
 
@@ -21,8 +22,21 @@ export function tempDir(prefix = "sessionstate-test-"): { path: string; remove()
   return { path, remove: () => rmSync(path, { recursive: true, force: true }) };
 }
 
-export function transportFor(url: string, protocol: Protocol = "connect"): Transport {
-  const base = { baseUrl: url, httpVersion: "2" as const };
+/** How a test client reaches the server: a bearer token, the CA that signed a TLS server, HTTP/1.1. */
+export interface ClientOptions {
+  token?: string;
+  ca?: string | Buffer;
+  httpVersion?: "1.1" | "2";
+}
+
+export function transportFor(url: string, protocol: Protocol = "connect", options: ClientOptions = {}): Transport {
+  const common = {
+    baseUrl: url,
+    interceptors: options.token === undefined ? [] : [bearerToken(options.token)],
+    nodeOptions: options.ca === undefined ? undefined : { ca: options.ca },
+  };
+  const base =
+    options.httpVersion === "1.1" ? { ...common, httpVersion: "1.1" as const } : { ...common, httpVersion: "2" as const };
   switch (protocol) {
     case "connect":
       return createConnectTransport(base);
@@ -39,8 +53,8 @@ export interface Clients {
   watch: Client<typeof WatchService>;
 }
 
-export function clientsFor(url: string, protocol: Protocol = "connect"): Clients {
-  const transport = transportFor(url, protocol);
+export function clientsFor(url: string, protocol: Protocol = "connect", options: ClientOptions = {}): Clients {
+  const transport = transportFor(url, protocol, options);
   return {
     state: createClient(StateService, transport),
     sessions: createClient(SessionService, transport),

@@ -46,7 +46,8 @@ export function authorization(tokens: Authenticator, logger: Logger, policy: Rea
         ? decide(principal, {
             procedure,
             access: rule.access,
-            agents: "agents" in rule && rule.agents ? () => rule.agents!(message as never) : undefined,
+            agents: "agents" in rule ? () => rule.agents(message as never) : undefined,
+            agentless: "agents" in rule && rule.agentless,
             nodes: "nodes" in rule ? () => rule.nodes(message as never) : undefined,
           })
         : principal.role === "admin"

@@ -5,32 +5,51 @@
  *
  * Sessions are resolved with the core's own `resolveSession`, so the agent checked here is
  * the agent the core acts on; a malformed session reference fails here with the same
- * INVALID_ARGUMENT the handler would give. Every method of every product service must have
- * an entry: test/auth.test.ts fails for a method without one, and the interceptor refuses
- * such a method to everyone but admin.
+ * INVALID_ARGUMENT the handler would give. Every method of every product service needs an
+ * entry: `serviceRules` makes a missing one a compile error, test/auth.test.ts fails for a
+ * registered method without one, and the interceptor refuses such a method to all but admin.
  *
- * Scope rule for gateways: every session a call reads or writes must belong to one of its
- * agents. A cursor belongs to its watcher, so Unwatch, AckNotices and listing a watcher's
- * cursors need only the watcher's agent; Watch also reads the target's head, so it needs the
- * target's agent too. Keys a request merely mentions (an event's watcher_session_keys and
- * actor_id, a session's parent_session_key) are not acted for and are not checked.
+ * Scope rule for gateways: every session a call reads or writes, and the requester it acts
+ * for, must belong to one of its agents.
+ * - A cursor belongs to its watcher: Unwatch, AckNotices and listing a watcher's cursors need
+ *   only the watcher's agent; Watch also reads the target's head, so it needs the target's.
+ * - Keys a request only mentions (an event's watcher_session_keys and actor_id, a session's
+ *   parent_session_key) are not acted for and are not checked.
+ * - A read that is not narrowed to a session or an agent reaches every agent (the operator
+ *   view, or a requester with visibility ALL) and is refused to gateways. A requester with a
+ *   narrower visibility narrows it to the requester's agent; its TREE view may include
+ *   children another agent owns, which only a caller scoped to both agents could have
+ *   spawned under it.
+ * - The group catalog is global and belongs to no agent: gateways may read and edit it.
  */
 import type { DescMessage, Message, MessageShape } from "@bufbuild/protobuf";
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
 import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection as ReflectionV1 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ReflectionV1alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
+import { VisibilityMode, type Requester } from "../../../gen/sessionstate/v1/requester_pb.js";
 import { SessionService } from "../../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js";
+import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
 import { agentIdOfKey, resolveSession } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
 export type MethodRule<M = Message> =
-  | { access: "read" | "act"; agents: (req: M) => AgentTargets }
-  | { access: "upstream"; nodes: (req: M) => readonly string[]; agents?: (req: M) => AgentTargets }
+  | {
+      access: "read" | "act";
+      /** The agents whose sessions the call reads or acts on (gateway scope). */
+      agents: (req: M) => AgentTargets;
+      /** The call's object belongs to no agent (the group catalog), so naming no agent is fine. */
+      agentless?: true;
+    }
+  | {
+      access: "upstream";
+      /** The node ids the call reports for (node scope). */
+      nodes: (req: M) => readonly string[];
+    }
   | { access: "admin" };
 
 type ServiceRules<T extends GenServiceMethods> = {
@@ -40,15 +59,49 @@ type ServiceRules<T extends GenServiceMethods> = {
 /** Services anyone may call without a token: probes and schema discovery. */
 export const OPEN_SERVICES: ReadonlySet<string> = new Set([Health.typeName, ReflectionV1.typeName, ReflectionV1alpha.typeName]);
 
+type Ref = { sessionKey: string; agentId: string } | undefined;
+
 /** The agent of a session reference, as the core resolves it; `field` names it in errors. */
-export function sessionAgent(field: string, ref: { sessionKey: string; agentId: string } | undefined): string {
+export function sessionAgent(field: string, ref: Ref): string {
   return resolveSession(field, ref?.sessionKey ?? "", ref?.agentId ?? "").agentId;
+}
+
+/** The agents of the agent-qualified keys among `keys`. */
+function keyAgents(...keys: string[]): string[] {
+  return keys.flatMap((k) => {
+    const agent = agentIdOfKey(k);
+    return agent === undefined ? [] : [agent];
+  });
 }
 
 /** The agents of agent-qualified watcher keys. Other keys hold no cursors and get no notices. */
 export function watcherAgents(keys: readonly string[]): string[] {
-  return keys.flatMap((k) => agentIdOfKey(k) ?? []);
+  return keyAgents(...keys);
 }
+
+/**
+ * The agents a session-tool read reaches: the requester's agent, plus `narrowedTo` (an agent
+ * filter or a named session); without either narrowing, and unless the requester's
+ * visibility is narrower than ALL, every agent.
+ */
+export function viewAgents(requester: Requester | undefined, narrowedTo: readonly string[]): AgentTargets {
+  const agents = [...narrowedTo];
+  if (requester) agents.push(sessionAgent("requester", requester));
+  if (narrowedTo.length > 0) return agents;
+  const wide = !requester || (requester.visibility === VisibilityMode.ALL && !requester.sandboxed);
+  return wide ? EVERY_AGENT : agents;
+}
+
+/** A session named by key or else by session id, which may be any session the requester sees. */
+function namedSession(requester: Requester | undefined, ref: Ref, sessionId: string): AgentTargets {
+  const byKey = ref !== undefined && (ref.sessionKey !== "" || ref.agentId !== "");
+  // Without an id, resolve the (missing) key anyway, so the call fails as the core would.
+  if (byKey || sessionId === "") return viewAgents(requester, [sessionAgent("session", ref)]);
+  return viewAgents(requester, []);
+}
+
+/** The requester's agent, for calls on the agentless group catalog. */
+const catalogAgents = (req: { requester?: Requester }) => (req.requester ? [sessionAgent("requester", req.requester)] : []);
 
 /** One service's rules keyed by full method name; the mapped type makes a missing method a compile error. */
 export function serviceRules<T extends GenServiceMethods>(service: GenService<T>, byMethod: ServiceRules<T>): [string, MethodRule][] {
@@ -61,35 +114,32 @@ export function serviceRules<T extends GenServiceMethods>(service: GenService<T>
 
 const stateRules = serviceRules(StateService, {
   appendEvents: { access: "act", agents: (req) => req.events.map((e, i) => sessionAgent(`events[${i}].session`, e.session)) },
-  getStatus: { access: "read", agents: (req) => [sessionAgent("session", req.session)] },
+  getStatus: { access: "read", agents: (req) => viewAgents(req.requester, [sessionAgent("session", req.session)]) },
 });
 
 const sessionRules = serviceRules(SessionService, {
   upsertSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
-  // A session named by session id could be any agent's: only unscoped callers.
-  getSession: { access: "read", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
-  // Without agent_id the list spans every agent, which no gateway scope covers.
-  listSessions: { access: "read", agents: (req) => (req.agentId === "" ? EVERY_AGENT : [req.agentId]) },
+  getSession: { access: "read", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
+  listSessions: { access: "read", agents: (req) => viewAgents(req.requester, req.agentId === "" ? [] : [req.agentId]) },
   // A child key that is not agent-qualified belongs to the parent's agent.
   spawnSession: {
     access: "act",
-    agents: (req) => [sessionAgent("parent", req.parent), ...(agentIdOfKey(req.childSessionKey) ?? [])],
+    agents: (req) => [sessionAgent("parent", req.parent), ...keyAgents(req.childSessionKey)],
   },
   resetSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
   deleteSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
-  patchSession: { access: "act", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
-  // The group catalog is global: until scoped rules exist, only unscoped callers.
-  listGroups: { access: "read", agents: () => EVERY_AGENT },
-  setGroups: { access: "act", agents: () => EVERY_AGENT },
-  renameGroup: { access: "act", agents: () => EVERY_AGENT },
-  deleteGroup: { access: "act", agents: () => EVERY_AGENT },
+  patchSession: { access: "act", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
+  listGroups: { access: "read", agents: catalogAgents, agentless: true },
+  setGroups: { access: "act", agents: catalogAgents, agentless: true },
+  renameGroup: { access: "act", agents: catalogAgents, agentless: true },
+  deleteGroup: { access: "act", agents: catalogAgents, agentless: true },
   reportRunResult: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
 });
 
 const transcriptRules = serviceRules(TranscriptService, {
-  appendMessages: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
-  getHistory: { access: "read", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
-  search: { access: "read", agents: (req) => (req.session ? [sessionAgent("session", req.session)] : EVERY_AGENT) },
+  appendMessages: { access: "act", agents: (req) => namedSession(undefined, req.session, req.sessionId) },
+  getHistory: { access: "read", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
+  search: { access: "read", agents: (req) => viewAgents(req.requester, req.session ? [sessionAgent("session", req.session)] : []) },
 });
 
 const watchRules = serviceRules(WatchService, {
@@ -122,5 +172,28 @@ const watchRules = serviceRules(WatchService, {
   ackNotices: { access: "act", agents: (req) => watcherAgents([req.watcherSessionKey]) },
 });
 
+const upstreamRules = serviceRules(UpstreamService, {
+  // Adopting a session and assigning its link to a node is the gateway's act for that session.
+  linkUpstream: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  unlinkUpstream: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  listUpstreamLinks: {
+    access: "read",
+    agents: (req) =>
+      req.session === undefined && req.agentId === ""
+        ? EVERY_AGENT
+        : [...(req.agentId === "" ? [] : [req.agentId]), ...(req.session ? [sessionAgent("session", req.session)] : [])],
+  },
+  // Every message carries node_id, so each is checked on its own: a node token streams only
+  // for its own node. Which links a report may name (those assigned to this stream) is the
+  // service's own check.
+  connectNode: { access: "upstream", nodes: (req) => [req.nodeId] },
+});
+
 /** Every RPC's rule, keyed by full method name. A new service adds its `serviceRules(...)` here. */
-export const POLICY: ReadonlyMap<string, MethodRule> = new Map([...stateRules, ...sessionRules, ...watchRules, ...transcriptRules]);
+export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
+  ...stateRules,
+  ...sessionRules,
+  ...transcriptRules,
+  ...watchRules,
+  ...upstreamRules,
+]);
