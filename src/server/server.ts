@@ -15,6 +15,7 @@ import { SqliteTranscriptStore } from "../core/sqlite/transcriptStore.js";
 import { SessionTools } from "../core/sessionTools.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/store.js";
+import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { HealthStatus } from "./health.js";
@@ -114,6 +115,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
     shutdownSignal: shutdown.signal,
+    // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts).
+    contextValues: callTransportContext,
   });
   const server = options.tls ? createTlsServer(handler, options.tls) : http2.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();

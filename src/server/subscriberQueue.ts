@@ -11,13 +11,22 @@ export class SubscriberQueue<T> {
   private wake?: () => void;
   private overflowed = false;
 
-  constructor(private readonly capacity: number) {}
+  /**
+   * `onStalledOverflow` runs when the buffer overflows while nobody waits in pull(): the
+   * consumer is stuck writing (the client stopped reading) and would only see the overflow
+   * once the client reads again, so the owner must end the stream from outside.
+   */
+  constructor(
+    private readonly capacity: number,
+    private readonly onStalledOverflow?: () => void,
+  ) {}
 
   push(item: T): void {
     if (this.overflowed) return;
     if (this.items.length >= this.capacity) {
       this.overflowed = true;
       this.items.length = 0;
+      if (!this.wake) this.onStalledOverflow?.();
     } else {
       this.items.push(item);
     }

@@ -6,6 +6,7 @@ import type { Notice } from "../../core/model.js";
 import type { SessionState } from "../../core/sessionState.js";
 import { StreamNoticesResponseSchema, WatchService, type StreamNoticesResponse } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { cursorMessage, int64, noticeMessage } from "../convert.js";
+import { resetCallKey } from "../callTransport.js";
 import { SubscriberQueue } from "../subscriberQueue.js";
 
 export interface StreamSettings {
@@ -51,7 +52,18 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
 
     async *streamNotices(req, ctx): AsyncGenerator<StreamNoticesResponse> {
       const selector = core.checkWatcherSelector({ agentId: req.agentId, watcherKeys: req.watcherSessionKeys });
-      const queue = new SubscriberQueue<Notice>(settings.bufferCapacity);
+      // A subscriber that stopped reading blocks this generator at a yield (flow control) and
+      // would see no overflow until it reads again. So on overflow it leaves the bus at once
+      // (publishing never waits on it, its buffer is freed); if it then reads nothing for a
+      // heartbeat interval, its call is reset (RST_STREAM ENHANCE_YOUR_CALM, which gRPC
+      // clients report as RESOURCE_EXHAUSTED). One that reads on gets RESOURCE_EXHAUSTED
+      // with the message below, after what was already sent.
+      const resetCall = ctx.values.get(resetCallKey);
+      let stalledReset: NodeJS.Timeout | undefined;
+      const queue = new SubscriberQueue<Notice>(settings.bufferCapacity, () => {
+        unsubscribe();
+        if (resetCall) stalledReset = setTimeout(resetCall, settings.heartbeatMs).unref();
+      });
       // Subscribe before reading the pending set, so nothing queued in between is missed;
       // the replayed ids then keep a notice published meanwhile from arriving twice.
       const unsubscribe = core.subscribeNotices(selector, (n) => queue.push(n));
@@ -85,6 +97,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
           yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(next.item) } });
         }
       } finally {
+        clearTimeout(stalledReset);
         unsubscribe();
       }
     },
