@@ -21,6 +21,9 @@
  *   children another agent owns, which only a caller scoped to both agents could have
  *   spawned under it.
  * - The group catalog is global and belongs to no agent: gateways may read and edit it.
+ *
+ * Scope rule for nodes: every ConnectNode message carries node_id and must name the token's
+ * node. Which links a report may name (those assigned to its stream) the service checks.
  */
 import type { DescMessage, Message, MessageShape } from "@bufbuild/protobuf";
 import type { GenService, GenServiceMethods } from "@bufbuild/protobuf/codegenv2";
@@ -137,7 +140,8 @@ const sessionRules = serviceRules(SessionService, {
 });
 
 const transcriptRules = serviceRules(TranscriptService, {
-  appendMessages: { access: "act", agents: (req) => namedSession(undefined, req.session, req.sessionId) },
+  // session_id here picks one of the session's transcripts; the session is always named.
+  appendMessages: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
   getHistory: { access: "read", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
   search: { access: "read", agents: (req) => viewAgents(req.requester, req.session ? [sessionAgent("session", req.session)] : []) },
 });
