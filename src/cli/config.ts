@@ -8,7 +8,8 @@ import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { TokenFile } from "../server/auth/tokens.js";
 import type { TlsOptions } from "../server/tls.js";
-import { readFileSync } from "node:fs";
+import { readFileSync, statSync } from "node:fs";
+import { resolve } from "node:path";
 import { createSecureContext } from "node:tls";
 
 export interface Setting {
@@ -36,6 +37,8 @@ export const SETTINGS: Setting[] = [
   { flag: "insecure", env: "SESSIONSTATE_INSECURE", description: "Allow a non-loopback --host without --tokens (anyone reaching the port may do anything)", default: "false", boolean: true },
   { flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
   { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
+  { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
+  { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
 ];
 
 export class ConfigError extends Error {}
@@ -72,7 +75,23 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     tokens: tokenFile(value("tokens")),
     insecure: oneOf("insecure", ["true", "false"]) === "true",
     tls: tlsOptions(value("tls-cert"), value("tls-key")),
+    upstreamIntervalMs: int("upstream-interval", 50, 3_600_000),
+    upstreamRoot: upstreamRoot(value("upstream-root")),
   };
+}
+
+/** The local catalog's root must be a readable directory, checked at start-up. */
+function upstreamRoot(path: string): string | undefined {
+  if (path === "") return undefined;
+  const root = resolve(path);
+  let isDirectory = false;
+  try {
+    isDirectory = statSync(root).isDirectory();
+  } catch (err) {
+    throw new ConfigError(`--upstream-root: cannot read "${root}" (${(err as NodeJS.ErrnoException).code ?? String(err)})`);
+  }
+  if (!isDirectory) throw new ConfigError(`--upstream-root: "${root}" is not a directory`);
+  return root;
 }
 
 function tokenFile(path: string): TokenFile | undefined {

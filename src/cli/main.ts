@@ -17,6 +17,7 @@ import { TokenFile } from "../server/auth/tokens.js";
 import { bearerToken } from "../client/bearer.js";
 import { ConfigError, serverConfig, SETTINGS } from "./config.js";
 import { reloadTokensOnSighup, tokenCommand } from "./tokens.js";
+import { runNodeCommand } from "../upstream/nodeAgent.js";
 
 const USAGE = `Usage: sessionstate <command> [options]
 
@@ -29,6 +30,8 @@ Commands:
   tail --agent ID             Print notices for an agent's watchers as they arrive [--ack]
   token create                Make a bearer token: --name N --role gateway|node|admin|reader
                               [--agent ID ...] [--node ID] [--json]
+  node --node-id ID           Run a paired Node: stream upstream activity of the JSONL transcripts
+                              under --root DIR (default .) that the service assigns [--budget BYTES]
 
 Client commands reach the server at --server URL (env SESSIONSTATE_URL, default http://127.0.0.1:8080)
 and send the bearer token in SESSIONSTATE_TOKEN when it is set.
@@ -50,6 +53,8 @@ async function main(argv: string[]): Promise<number> {
       return tail(rest);
     case "token":
       return tokenCommand(rest);
+    case "node":
+      return runNodeCommand(rest);
     case undefined:
     case "help":
     case "--help":

@@ -5,24 +5,34 @@ import type { SessionTools } from "../core/sessionTools.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
+import { UpstreamService } from "../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
 import type { Logger } from "./logger.js";
 import { sessionService } from "./services/sessionService.js";
 import { stateService } from "./services/stateService.js";
 import { transcriptService } from "./services/transcriptService.js";
+import { upstreamService, type UpstreamRouteSettings } from "./services/upstreamService.js";
 import { watchService, type StreamSettings } from "./services/watchService.js";
 import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
-export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService] as const;
+export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService] as const;
 
-export function routes(core: SessionState, streams: StreamSettings, health: HealthStatus, tools: SessionTools, logger: Logger) {
+export function routes(
+  core: SessionState,
+  streams: StreamSettings,
+  health: HealthStatus,
+  tools: SessionTools,
+  logger: Logger,
+  upstream: UpstreamRouteSettings,
+) {
   return (router: ConnectRouter) => {
     router.service(StateService, stateService(core, tools));
     router.service(SessionService, sessionService(core, tools, logger));
     router.service(WatchService, watchService(core, streams));
     router.service(TranscriptService, transcriptService(tools));
+    router.service(UpstreamService, upstreamService(upstream));
     registerHealth(router, health);
     registerReflection(router, [...PRODUCT_SERVICES]);
   };

@@ -15,6 +15,8 @@ import { SqliteTranscriptStore } from "../core/sqlite/transcriptStore.js";
 import { SessionTools } from "../core/sessionTools.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/store.js";
+import { UpstreamMonitor } from "../core/upstream/monitor.js";
+import { SqliteUpstreamStore } from "../core/upstream/sqliteUpstreamStore.js";
 import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -24,6 +26,8 @@ import { checkExposure, type Exposure } from "./auth/exposure.js";
 import { authorization } from "./auth/interceptor.js";
 import type { Authenticator } from "./auth/tokens.js";
 import { createTlsServer, type TlsOptions } from "./tls.js";
+import { UpstreamLoop } from "./upstream/monitorLoop.js";
+import { NodeHub } from "./upstream/nodeHub.js";
 
 export interface ServerOptions {
   /** Interface to bind; default 127.0.0.1. */
@@ -55,6 +59,10 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
+  /** Interval of the upstream monitor (SPEC §5); default 10 s. */
+  upstreamIntervalMs?: number;
+  /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
+  upstreamRoot?: string;
 }
 
 export interface RunningServer {
@@ -76,6 +84,7 @@ export const DEFAULTS = {
   streamBufferCapacity: 10_000,
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
+  upstreamIntervalMs: 10_000,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -86,8 +95,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
   const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
+  const stateStore = new SqliteStateStore(db);
   const core = new SessionState({
-    store: new SqliteStateStore(db),
+    store: stateStore,
     clock: options.clock,
     retention: options.retention ?? DEFAULT_RETENTION,
   });
@@ -97,6 +107,24 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     transcripts,
     settings: new SqliteSettingsStore(db, transcripts),
     redactor,
+  });
+
+  const clock = options.clock ?? Date.now;
+  const upstreamIntervalMs = options.upstreamIntervalMs ?? DEFAULTS.upstreamIntervalMs;
+  const monitor = new UpstreamMonitor({
+    state: core,
+    store: new SqliteUpstreamStore(db, stateStore),
+    recentMessages: transcripts,
+    localCatalog: options.upstreamRoot !== undefined,
+  });
+  const nodes = new NodeHub();
+  const upstreamLoop = new UpstreamLoop({
+    monitor,
+    hub: nodes,
+    intervalMs: upstreamIntervalMs,
+    localRoot: options.upstreamRoot,
+    clock,
+    logger,
   });
 
   const recovery = await core.recoverPendingNotices();
@@ -110,7 +138,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
-    }, health, tools, logger),
+    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger }),
     interceptors: [errorMapping(logger), ...(options.tokens ? [authorization(options.tokens, logger)] : [])],
     readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
@@ -147,11 +175,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
     pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, logger), pruneIntervalMs).unref() : undefined;
+  upstreamLoop.start();
+  logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
       clearInterval(pruneTimer);
+      const upstreamStopped = upstreamLoop.stop();
       health.shutdown();
       // Handler signals abort: notice streams end with UNAVAILABLE so clients reconnect.
       shutdown.abort(new ConnectError("server is shutting down", Code.Unavailable));
@@ -164,6 +195,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       }, grace);
       await closed;
       clearTimeout(timer);
+      await upstreamStopped;
       core.close();
       logger.info("stopped", { url });
     })());
