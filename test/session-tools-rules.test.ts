@@ -10,7 +10,7 @@ import { fitWindow, pagingFor, planHistory } from "../src/core/transcript/histor
 import type { StoredMessage } from "../src/core/transcript/model.js";
 import { defaultRedactor } from "../src/core/transcript/redact.js";
 import { derivedTitle, truncateText, viewBytes, renderMessage } from "../src/core/transcript/render.js";
-import { phraseExpression } from "../src/core/transcript/search.js";
+import { ftsExpression } from "../src/core/sqlite/transcriptStore.js";
 import { canSee, effectiveMode, scopeOf, viewerOf, visibilityWarning, type VisibilityMode } from "../src/core/transcript/visibility.js";
 
 const me = { agentId: "main", sessionKey: "agent:main:me" };
@@ -134,7 +134,8 @@ describe("history windows", () => {
     expect(derivedTitle(undefined, defaultRedactor)).toBe("");
   });
 
-  it("quotes a query as one FTS5 phrase", () => {
-    expect(phraseExpression('say "hi" AND *')).toBe('"say ""hi"" AND *"');
+  it("quotes a query as one FTS5 phrase in the text column, optionally naming transcripts", () => {
+    expect(ftsExpression('say "hi" AND *')).toBe('search_text : "say ""hi"" AND *"');
+    expect(ftsExpression("x", [3, 9])).toBe('search_text : "x" AND transcript_token : (t3 OR t9)');
   });
 });

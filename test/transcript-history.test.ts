@@ -8,6 +8,7 @@
 import { create } from "@bufbuild/protobuf";
 import { Code, type Client } from "@connectrpc/connect";
 import fc from "fast-check";
+import Database from "better-sqlite3";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { MessageRole, ProvenanceKind, ProvenanceSchema, type TranscriptMessage } from "../gen/sessionstate/v1/message_pb.js";
 import type { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
@@ -353,6 +354,15 @@ describe("transcripts across reset and delete", () => {
     expect((await tc.search({ query: "deleted words" })).hits).toEqual([]);
     await t.sessions.upsertSession({ session: { sessionKey: key } });
     expect((await tc.getHistory({ session: { sessionKey: key } })).messages).toEqual([]);
+    // The full-text index stayed in step with every insert and delete.
+    const db = new Database(t.dbPath);
+    try {
+      expect(() => db.exec("INSERT INTO transcript_search (transcript_search) VALUES ('integrity-check')")).not.toThrow();
+      const orphans = db.prepare("SELECT count(*) AS n FROM transcript_messages WHERE transcript_id NOT IN (SELECT id FROM transcripts)").get() as { n: number };
+      expect(orphans.n).toBe(0);
+    } finally {
+      db.close();
+    }
   });
 });
 

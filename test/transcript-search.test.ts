@@ -82,6 +82,11 @@ describe("what is searchable", () => {
     expect(ids((await tc.search({ query: "visible answer", session: { sessionKey: key } })).hits)).toEqual(["thought"]);
   });
 
+  it("matches message text only, never the index's internal transcript tokens", async () => {
+    await sessionWith(user("plain", "nothing special here"));
+    for (const q of ["t1", "t2", "transcript_token", "search_text"]) expect((await tc.search({ query: q })).hits, q).toEqual([]);
+  });
+
   it("searches the current transcript only: a reset leaves the old words out", async () => {
     const key = await sessionWith(user("before", "words from before the reset"));
     await t.sessions.resetSession({ session: { sessionKey: key } });

@@ -17,7 +17,7 @@ import { fitWindow, pagingFor, planHistory, type FittedWindow, type HistoryPagin
 import type { AppendReport, MessageView, TranscriptRef } from "./transcript/model.js";
 import { defaultRedactor, type Redactor } from "./transcript/redact.js";
 import { derivedTitle, HISTORY_BLOCK_CHARS, PREVIEW_BLOCK_CHARS, renderMessage, type RenderOptions } from "./transcript/render.js";
-import { boundSnippet, checkQuery, phraseExpression, searchLimit } from "./transcript/search.js";
+import { boundSnippet, checkQuery, searchLimit } from "./transcript/search.js";
 import type { SearchHitRecord, TranscriptStore } from "./transcript/store.js";
 import {
   canSee,
@@ -223,7 +223,7 @@ export class SessionTools {
       only = resolveSession("session", request.session.sessionKey, request.session.agentId);
       await this.checkVisible(viewer, only);
     }
-    const { hits, truncated } = await this.transcripts.search({ expression: phraseExpression(query), scope: scopeOf(viewer), session: only, limit });
+    const { hits, truncated } = await this.transcripts.search({ phrase: query, scope: scopeOf(viewer), session: only, limit });
     return {
       hits: hits.map((h) => ({ ...h, snippet: boundSnippet(h.snippet, this.redactor) })),
       truncated,

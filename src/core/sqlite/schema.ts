@@ -192,6 +192,31 @@ const MIGRATIONS: string[] = [
     DELETE FROM upstream_links WHERE agent_id = old.agent_id AND session_key = old.session_key;
   END;
   `,
+  // Session tools (issue 4): index each message's transcript as a token too, so a search
+  // limited to a few sessions (self/tree visibility, or one session) intersects inside FTS5
+  // instead of walking every match of a common phrase. search_text stays column 0.
+  `
+  ALTER TABLE transcript_messages ADD COLUMN transcript_token TEXT
+    GENERATED ALWAYS AS (CASE WHEN search_text IS NULL THEN NULL ELSE 't' || transcript_id END) VIRTUAL;
+  DROP TRIGGER transcript_messages_index;
+  DROP TRIGGER transcript_messages_unindex;
+  DROP TABLE transcript_search;
+  CREATE VIRTUAL TABLE transcript_search USING fts5 (
+    search_text, transcript_token,
+    content = 'transcript_messages', content_rowid = 'id', tokenize = 'unicode61 remove_diacritics 2'
+  );
+  CREATE TRIGGER transcript_messages_index AFTER INSERT ON transcript_messages
+    WHEN new.search_text IS NOT NULL BEGIN
+    INSERT INTO transcript_search (rowid, search_text, transcript_token) VALUES (new.id, new.search_text, new.transcript_token);
+  END;
+  CREATE TRIGGER transcript_messages_unindex AFTER DELETE ON transcript_messages
+    WHEN old.search_text IS NOT NULL BEGIN
+    INSERT INTO transcript_search (transcript_search, rowid, search_text, transcript_token)
+      VALUES ('delete', old.id, old.search_text, old.transcript_token);
+  END;
+  INSERT INTO transcript_search (rowid, search_text, transcript_token)
+    SELECT id, search_text, transcript_token FROM transcript_messages WHERE search_text IS NOT NULL;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -28,6 +28,25 @@ import { MESSAGE_COLUMNS, messageFromRow, messageParams, type MessageRow } from 
 const MAX_ANCESTRY = 64;
 /** FTS5 snippet length in tokens; search.ts bounds the characters. */
 const SNIPPET_TOKENS = 24;
+/**
+ * A search whose scope is small (at most this many transcripts holding at most this many
+ * messages) names those transcripts in the FTS5 query, so the index intersects the phrase
+ * with them. A wider scope walks the phrase's matches newest first and filters them by join;
+ * it holds enough messages that the LIMIT usually stops the walk early, and naming them all
+ * would cost more than the walk.
+ */
+const MAX_NAMED_TRANSCRIPTS = 256;
+const MAX_NAMED_MESSAGES = 50_000;
+
+/**
+ * The FTS5 expression for an exact phrase in the text column: the whole query as one quoted
+ * string (inner quotes doubled), so AND, NEAR, `*` or `:` in it are plain words; optionally
+ * limited to some transcripts through their tokens.
+ */
+export function ftsExpression(phrase: string, transcriptIds?: readonly number[]): string {
+  const text = `search_text : "${phrase.replace(/"/g, '""')}"`;
+  return transcriptIds === undefined ? text : `${text} AND transcript_token : (${transcriptIds.map((id) => `t${id}`).join(" OR ")})`;
+}
 
 interface SearchRow {
   agent_id: string;
@@ -150,13 +169,25 @@ export class SqliteTranscriptStore implements TranscriptStore {
   }
 
   async search(query: SearchQuery): Promise<{ hits: SearchHitRecord[]; truncated: boolean }> {
-    const params: Record<string, unknown> = { expression: query.expression, limit: query.limit + 1 };
+    const params: Record<string, unknown> = { limit: query.limit + 1, maxNamed: MAX_NAMED_TRANSCRIPTS + 1 };
     scopeCondition(query.scope, "s", params); // binds the scope's values; the SQL is cached per mode
     if (query.session) {
       params.onlyAgentId = query.session.agentId;
       params.onlySessionKey = query.session.sessionKey;
     }
-    const rows = this.searchStatement(query.scope, query.session !== undefined).all(params) as SearchRow[];
+    const onlyOne = query.session !== undefined;
+    // One snapshot for the transcripts in scope and the matches.
+    const rows = this.db.transaction((): SearchRow[] => {
+      let named: number[] | undefined;
+      if (query.scope.mode !== "all" || onlyOne) {
+        const inScope = this.statementFor("scope", query.scope, onlyOne).all(params) as { id: number; last_sequence: number }[];
+        if (inScope.length === 0) return [];
+        const messages = inScope.reduce((sum, t) => sum + t.last_sequence, 0);
+        if (inScope.length <= MAX_NAMED_TRANSCRIPTS && messages <= MAX_NAMED_MESSAGES) named = inScope.map((t) => t.id);
+      }
+      params.expression = ftsExpression(query.phrase, named);
+      return this.statementFor("search", query.scope, onlyOne).all(params) as SearchRow[];
+    }).deferred();
     return {
       hits: rows.slice(0, query.limit).map((r) => ({
         session: { agentId: r.agent_id, sessionKey: r.session_key },
@@ -172,27 +203,37 @@ export class SqliteTranscriptStore implements TranscriptStore {
   }
 
   /**
-   * Newest matches first: FTS5 walks its rowids in descending order, so the LIMIT stops the
-   * scan early. Only current transcripts (t.session_id = s.session_id) of sessions in scope.
+   * The statements of a search, prepared once per visibility mode:
+   * - scope: the current transcripts of the sessions in scope (up to MAX_NAMED_TRANSCRIPTS + 1)
+   *   with their sizes;
+   * - search: newest matches first (FTS5 walks its rowids in descending order, so the LIMIT
+   *   stops the walk early), only in current transcripts (t.session_id = s.session_id) of
+   *   sessions in scope. The scope is checked by join even when the expression names the
+   *   transcripts: the join is the rule, the names only make it fast.
    */
-  private searchStatement(scope: VisibilityScope, onlyOneSession: boolean): Database.Statement {
-    const name = `${scope.mode}:${onlyOneSession}`;
+  private statementFor(kind: "scope" | "search", scope: VisibilityScope, onlyOneSession: boolean): Database.Statement {
+    const name = `${kind}:${scope.mode}:${onlyOneSession}`;
     let statement = this.searchStatements.get(name);
     if (!statement) {
-      const where = ["transcript_search MATCH @expression"];
+      const where: string[] = [];
       const inScope = scopeCondition(scope, "s", {});
       if (inScope) where.push(inScope);
       if (onlyOneSession) where.push("s.agent_id = @onlyAgentId AND s.session_key = @onlySessionKey");
-      statement = this.db.prepare(`
-        SELECT t.agent_id, t.session_key, t.session_id, m.message_id, m.sequence, m.role, m.created_at,
-               snippet(transcript_search, 0, '', '', '…', ${SNIPPET_TOKENS}) AS snippet
-        FROM transcript_search
-        JOIN transcript_messages m ON m.id = transcript_search.rowid
-        JOIN transcripts t ON t.id = m.transcript_id
-        JOIN sessions s ON s.agent_id = t.agent_id AND s.session_key = t.session_key AND s.session_id = t.session_id
-        WHERE ${where.join(" AND ")}
-        ORDER BY transcript_search.rowid DESC
-        LIMIT @limit`);
+      const current = "JOIN sessions s ON s.agent_id = t.agent_id AND s.session_key = t.session_key AND s.session_id = t.session_id";
+      statement =
+        kind === "scope"
+          ? this.db.prepare(`SELECT t.id, t.last_sequence FROM transcripts t ${current}
+              ${where.length > 0 ? `WHERE ${where.join(" AND ")}` : ""} LIMIT @maxNamed`)
+          : this.db.prepare(`
+              SELECT t.agent_id, t.session_key, t.session_id, m.message_id, m.sequence, m.role, m.created_at,
+                     snippet(transcript_search, 0, '', '', '…', ${SNIPPET_TOKENS}) AS snippet
+              FROM transcript_search
+              JOIN transcript_messages m ON m.id = transcript_search.rowid
+              JOIN transcripts t ON t.id = m.transcript_id
+              ${current}
+              WHERE ${["transcript_search MATCH @expression", ...where].join(" AND ")}
+              ORDER BY transcript_search.rowid DESC
+              LIMIT @limit`);
       this.searchStatements.set(name, statement);
     }
     return statement;

@@ -26,14 +26,6 @@ export function searchLimit(limit: number): number {
   return limit === 0 ? DEFAULT_SEARCH_LIMIT : checkRange("limit", limit, 1, MAX_SEARCH_LIMIT);
 }
 
-/**
- * The FTS5 query for an exact phrase: the whole text as one quoted string (inner quotes
- * doubled), so operators such as AND, NEAR, `*` or `:` in the query are plain words.
- */
-export function phraseExpression(query: string): string {
-  return `"${query.replace(/"/g, '""')}"`;
-}
-
 /** Bounds a snippet to SNIPPET_CHARS and redacts it with the current rules. */
 export function boundSnippet(snippet: string, redactor: Redactor): string {
   const text = redactor.redact(snippet.replace(/\s+/gu, " ").trim()).text;

@@ -32,8 +32,8 @@ export interface HistoryWindow {
 }
 
 export interface SearchQuery {
-  /** An FTS5 phrase expression (see search.ts). */
-  expression: string;
+  /** The checked query text, matched as one exact phrase (see search.ts). */
+  phrase: string;
   scope: VisibilityScope;
   /** Only this session. */
   session?: SessionId;
