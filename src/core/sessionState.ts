@@ -28,6 +28,7 @@ import type {
   WatchCursor,
 } from "./model.js";
 import { NoticeBus, type NoticeListener } from "./noticeBus.js";
+import { ServiceClock } from "./serviceClock.js";
 import { clampOccurredAt, DAY_MS } from "./signalLog.js";
 import type { AckOutcome, PruneReport, RetentionPolicy, SpawnOutcome, StateStore, WatcherSelector } from "./store.js";
 import { checkCount, checkRange, checkSummary, checkText, checkToken } from "./validation.js";
@@ -92,8 +93,14 @@ export type WatchResult =
 
 export interface SessionStateOptions {
   store: StateStore;
-  /** The service clock (ms since the epoch). Injected so tests can move it. */
+  /** The wall clock (ms since the epoch). Injected so tests can move it. */
   clock?: () => number;
+  /**
+   * Elapsed time (ms, any origin, never steps), which bounds how fast pruning ages the log
+   * (src/core/serviceClock.ts). Default performance.now; when only `clock` is injected, that
+   * clock stands for elapsed time too.
+   */
+  monotonic?: () => number;
   retention?: RetentionPolicy;
 }
 
@@ -101,11 +108,16 @@ export class SessionState {
   readonly store: StateStore;
   readonly notices = new NoticeBus();
   readonly retention: RetentionPolicy;
+  private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
 
   constructor(options: SessionStateOptions) {
     this.store = options.store;
-    this.clock = options.clock ?? Date.now;
+    this.serviceClock = new ServiceClock(
+      options.clock ?? Date.now,
+      options.monotonic ?? (options.clock ? undefined : () => performance.now()),
+    );
+    this.clock = () => this.serviceClock.now();
     this.retention = options.retention ?? DEFAULT_RETENTION;
   }
 
@@ -175,7 +187,7 @@ export class SessionState {
   }
 
   async pruneSignalLog(): Promise<PruneReport> {
-    return this.store.pruneSignalLog(this.retention, this.clock());
+    return this.store.pruneSignalLog(this.retention, this.serviceClock.ageNow());
   }
 
   // ---- Session registry ----------------------------------------------------------------------

@@ -51,6 +51,8 @@ export interface ServerOptions {
   logger?: Logger;
   /** The service clock; tests inject one to move time. */
   clock?: () => number;
+  /** Elapsed time that bounds how fast pruning ages the log; tests inject it with `clock` (see SessionStateOptions). */
+  monotonic?: () => number;
   /** Bearer tokens (a TokenFile or TokenTable). Absent = no authentication, loopback only. */
   tokens?: Authenticator;
   /** Without tokens, allow a non-loopback host anyway (everyone who reaches the port may do anything). */
@@ -99,6 +101,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const core = new SessionState({
     store: stateStore,
     clock: options.clock,
+    monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
   });
   const transcripts = new SqliteTranscriptStore(db);

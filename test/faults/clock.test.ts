@@ -1,0 +1,133 @@
+/**
+ * Steps of the wall clock, backwards and forwards, while the server runs (ServerOptions.clock
+ * is the wall clock, ServerOptions.monotonic the elapsed-time source). The rule
+ * (src/core/serviceClock.ts): the service clock never runs backwards, and pruning ages rows
+ * no faster than elapsed time. So sequences keep their order, recorded times never decrease
+ * along the log, and no row is pruned before it is older than the retention period in
+ * elapsed time — a row stamped during a forward step is pruned late, never early.
+ */
+import { afterEach, describe, expect, it } from "vitest";
+import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
+import { DAY_MS } from "../../src/core/signalLog.js";
+import { startTestServer, type TestServer } from "../support/harness.js";
+import { withReadOnly } from "./support/dbCheck.js";
+
+const HOUR = 3_600_000;
+const T0 = Date.UTC(2026, 5, 1);
+const KEY = "agent:clock:main";
+
+let t: TestServer;
+afterEach(() => t?.stop());
+
+/** A server whose wall clock and monotonic clock the test moves independently. */
+async function serve() {
+  const time = { wall: T0, monotonic: 1_000 };
+  t = await startTestServer({
+    clock: () => time.wall,
+    monotonic: () => time.monotonic,
+    retention: { maxAgeMs: 10 * DAY_MS, maxRows: 50_000 },
+  });
+  await t.sessions.upsertSession({ session: { sessionKey: KEY } });
+  return {
+    time,
+    /** Real time passes: both clocks move. */
+    elapse(ms: number) {
+      time.wall += ms;
+      time.monotonic += ms;
+    },
+    /** The wall clock is stepped; (almost) no time passes. */
+    step(ms: number) {
+      time.wall += ms;
+      time.monotonic += 1;
+    },
+  };
+}
+
+async function append(summary: string): Promise<number> {
+  const res = await t.state.appendEvents({
+    events: [{ session: { sessionKey: KEY }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.HUMAN, summary }],
+  });
+  return Number(res.results[0].sequence);
+}
+
+/** What is left of the log, oldest first: summary, sequence, recorded time. */
+function log(): { summary: string; sequence: number; recordedAt: number }[] {
+  return withReadOnly(t.dbPath, (db) =>
+    db.prepare("SELECT summary, sequence, recorded_at AS recordedAt FROM session_state_events ORDER BY sequence").all(),
+  ) as { summary: string; sequence: number; recordedAt: number }[];
+}
+
+const prune = () => t.server.core.pruneSignalLog();
+
+describe("wall-clock steps", () => {
+  it("a backwards step neither reorders sequences nor back-dates rows", async () => {
+    const c = await serve();
+    await append("a");
+    c.step(-5 * DAY_MS);
+    await append("b");
+    c.elapse(HOUR);
+    await append("c");
+    const rows = log();
+    expect(rows.map((r) => r.summary)).toEqual(["a", "b", "c"]);
+    for (let i = 1; i < rows.length; i++) {
+      expect(rows[i].sequence).toBeGreaterThan(rows[i - 1].sequence);
+      expect(rows[i].recordedAt).toBeGreaterThanOrEqual(rows[i - 1].recordedAt);
+    }
+    // The service clock held at its high-water mark while the wall clock was behind.
+    expect(rows.map((r) => r.recordedAt)).toEqual([T0, T0, T0]);
+    const status = await t.state.getStatus({ session: { sessionKey: KEY }, changesSince: 0n });
+    expect(status.stateChanges!.events.map((e) => Number(e.sequence))).toEqual(rows.map((r) => r.sequence));
+  });
+
+  it("a backwards step, undone later, never prunes a row before its time", async () => {
+    const c = await serve();
+    await append("a");
+    c.step(-5 * DAY_MS); // wrong clock …
+    await append("b");
+    c.step(5 * DAY_MS + 60_000); // … corrected a minute later
+    c.elapse(5 * DAY_MS + HOUR);
+    await prune();
+    // Both rows are five days old in elapsed time: nothing goes (had b been stamped with the
+    // wrong clock, it would look ten days old now).
+    expect(log().map((r) => r.summary)).toEqual(["a", "b"]);
+    c.elapse(5 * DAY_MS);
+    await prune();
+    expect(log()).toEqual([]);
+    // Pruned to empty: the next sequence still goes on from the highest ever issued.
+    expect(await append("c")).toBe(3);
+  });
+
+  it("a forward step does not age the log; a row stamped during it is pruned late, never early", async () => {
+    const c = await serve();
+    const a = await append("a");
+    c.step(30 * DAY_MS);
+    await prune();
+    expect(log().map((r) => r.summary)).toEqual(["a"]); // only a second has really passed
+    const b = await append("b");
+    expect(b).toBeGreaterThan(a);
+
+    c.elapse(10 * DAY_MS + HOUR);
+    await prune();
+    // a is now older than ten days in elapsed time and goes; b, stamped 30 days ahead, stays.
+    expect(log().map((r) => r.summary)).toEqual(["b"]);
+    const status = await t.state.getStatus({ session: { sessionKey: KEY }, changesSince: BigInt(a - 1) });
+    expect(status.stateChanges!.historyGap).toBe(true);
+    expect(status.stateVersion).toBe(BigInt(b));
+
+    c.elapse(30 * DAY_MS);
+    await prune();
+    expect(log()).toEqual([]);
+  });
+
+  it("watch cursors expire by elapsed time too, not by a forward step", async () => {
+    const c = await serve();
+    await t.sessions.upsertSession({ session: { sessionKey: "agent:clock:target" } });
+    await t.watch.watch({ watcherSessionKey: KEY, targetSessionKey: "agent:clock:target" });
+    c.step(60 * DAY_MS);
+    await prune();
+    expect((await t.watch.listWatchCursors({ selector: { case: "watcherSessionKey", value: KEY } })).cursors).toHaveLength(1);
+    c.elapse(10 * DAY_MS + HOUR);
+    await prune();
+    expect((await t.watch.listWatchCursors({ selector: { case: "watcherSessionKey", value: KEY } })).cursors).toHaveLength(0);
+  });
+});
