@@ -165,3 +165,23 @@ describe.each(PROTOCOLS)("UpstreamService over %s", (protocol) => {
     expect(await code(c.unlinkUpstream({ session: { sessionKey: "global" } }))).toBe(Code.InvalidArgument);
   });
 });
+
+describe("ConnectNode streams of one node", () => {
+  it("a newer stream replaces the older one, which ends with ABORTED", async () => {
+    const c = createClient(UpstreamService, transportFor(t.url));
+    const hello = { nodeId: "node-twice", message: { case: "hello" as const, value: { software: "contract-test" } } };
+    const older = new NodeStream(c);
+    const newer = new NodeStream(c);
+    try {
+      older.send(hello);
+      expect((await older.next())?.message.case).toBe("welcome");
+      newer.send(hello);
+      expect((await newer.next())?.message.case).toBe("welcome");
+      expect(await code((async () => { for (;;) if (!(await older.next())) return; })())).toBe(Code.Aborted);
+      expect((await newer.next())?.message.case).toBe("checks");
+    } finally {
+      older.close();
+      newer.close();
+    }
+  });
+});

@@ -10,7 +10,7 @@
  */
 import { create } from "@bufbuild/protobuf";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
-import { createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
 import { stat } from "node:fs/promises";
 import { resolve } from "node:path";
@@ -126,9 +126,11 @@ export class NodeAgent {
   private async run(): Promise<void> {
     let attempt = 0;
     while (!this.stopped) {
-      const welcomed = await this.connectOnce();
+      const { welcomed, replaced } = await this.connectOnce();
       if (this.stopped) break;
-      if (welcomed) attempt = 0;
+      // A stream replaced by another agent with the same node id is a misconfiguration, not a
+      // hiccup: back off all the way instead of taking the stream back at once.
+      if (welcomed && !replaced) attempt = 0;
       const delay = backoffDelay(attempt++, this.backoff);
       safeLog(this.logger, "info", "node reconnecting", { nodeId: this.options.nodeId, inMs: delay });
       await new Promise<void>((resolve) => {
@@ -138,14 +140,15 @@ export class NodeAgent {
     }
   }
 
-  /** One stream, from hello to its end. Returns whether the service welcomed it. */
-  private async connectOnce(): Promise<boolean> {
+  /** One stream, from hello to its end: whether the service welcomed it, and whether another stream replaced it. */
+  private async connectOnce(): Promise<{ welcomed: boolean; replaced: boolean }> {
     const { nodeId } = this.options;
     const abort = new AbortController();
     this.stream = abort;
     const requests = new RequestQueue();
     requests.push(create(ConnectNodeRequestSchema, { nodeId, message: { case: "hello", value: { software: NODE_SOFTWARE, kinds: [UpstreamKind.JSONL_TRANSCRIPT] } } }));
     let welcomed = false;
+    let replaced = false;
     let idleMs = MIN_IDLE_MS;
     let idle: NodeJS.Timeout | undefined;
     const resetIdle = () => {
@@ -169,12 +172,13 @@ export class NodeAgent {
       }
       if (!this.stopped) safeLog(this.logger, "warn", "node stream ended by the service", { nodeId });
     } catch (err) {
+      replaced = ConnectError.from(err).code === Code.Aborted;
       if (!this.stopped) safeLog(this.logger, "warn", "node stream broke", { nodeId, error: String(abort.signal.reason ?? err) });
     } finally {
       clearTimeout(idle);
       requests.close();
     }
-    return welcomed;
+    return { welcomed, replaced };
   }
 
   /** Checks each assignment in turn and queues its report. */

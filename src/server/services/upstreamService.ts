@@ -84,9 +84,10 @@ async function* connectNode(
   const nodeId = checkNodeId("node_id", first.value.nodeId);
   const { connection, replaced } = hub.connect(nodeId, settings.clock());
   logger.info("node connected", { nodeId, software: first.value.message.value.software, replaced });
-  void readReports(settings, connection, incoming).catch((err: unknown) =>
-    connection.end(toConnectError(err, logger, "sessionstate.v1.UpstreamService/ConnectNode")),
-  );
+  void readReports(settings, connection, incoming).catch((err: unknown) => {
+    // Once the stream is over (replaced, cancelled, shut down), a failing read is just its end.
+    if (!connection.ended) connection.end(toConnectError(err, logger, "sessionstate.v1.UpstreamService/ConnectNode"));
+  });
   try {
     yield create(ConnectNodeResponseSchema, {
       message: { case: "welcome", value: { nodeId, interval: durationFromMs(settings.intervalMs) } },
