@@ -19,6 +19,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { benchScanner } from "./scanner.js";
+import { benchHistory } from "./history.js";
 import { LoadClientProcess } from "./clientProcess.js";
 import { benchNotices } from "./notices.js";
 import { loadAverage, machineFacts, renderTable, verdictOf, type BenchRow } from "./report.js";
@@ -69,11 +70,8 @@ const SECTIONS: Section[] = [
   },
   {
     name: "history",
-    description: "sessions_history / search read path (bench/history.ts) — not wired yet",
-    // To wire it: `import { benchHistory } from "./history.js";` above, then replace `run`
-    // with `run: (ctx) => benchHistory(ctx)` if it returns BenchRow[] (or map its result to
-    // rows here, as the scanner entry does), and drop "not wired yet" from the description.
-    run: undefined,
+    description: "GetHistory of a 10,000-message session and Search over 1,000,000 messages, p50/p99 (--quick: 100,000)",
+    run: (ctx) => benchHistory({ quick: ctx.quick, log: ctx.log }),
   },
 ];
 

@@ -38,6 +38,7 @@ export const SETTINGS: Setting[] = [
   { flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
   { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
+  { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of regular expressions", default: "[]" },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
 ];
 
@@ -77,7 +78,29 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     tls: tlsOptions(value("tls-cert"), value("tls-key")),
     upstreamIntervalMs: int("upstream-interval", 50, 3_600_000),
     upstreamRoot: upstreamRoot(value("upstream-root")),
+    redactPatterns: redactPatterns(value("redact-patterns")),
   };
+}
+
+/** A JSON array of regular expressions, each compiled now so a bad one fails at start-up. */
+function redactPatterns(raw: string): string[] {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(raw);
+  } catch {
+    throw new ConfigError(`--redact-patterns: expected a JSON array of regular expressions, got ${JSON.stringify(raw)}`);
+  }
+  if (!Array.isArray(parsed) || !parsed.every((p): p is string => typeof p === "string" && p !== "")) {
+    throw new ConfigError(`--redact-patterns: expected a JSON array of non-empty strings, got ${raw}`);
+  }
+  for (const pattern of parsed) {
+    try {
+      new RegExp(pattern, "g");
+    } catch (err) {
+      throw new ConfigError(`--redact-patterns: ${JSON.stringify(pattern)} is not a valid regular expression (${(err as Error).message})`);
+    }
+  }
+  return parsed;
 }
 
 /** The local catalog's root must be a readable directory, checked at start-up. */
