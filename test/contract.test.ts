@@ -1,3 +1,4 @@
+/// <reference types="vite/client" />
 /**
  * Contract tests: every RPC of StateService, SessionService and WatchService called through
  * the generated clients over Connect, gRPC and gRPC-Web against the real server, each with a
