@@ -865,7 +865,8 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
   session?: SessionRef | undefined;
 
   /**
-   * The session, by its current session id. Resolves only to sessions the requester may see.
+   * The session, by its current or an earlier session id. Resolves only to sessions the
+   * requester may see.
    *
    * @generated from field: string session_id = 3;
    */
