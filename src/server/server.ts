@@ -5,6 +5,7 @@
 import { Code, ConnectError } from "@connectrpc/connect";
 import { HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
+import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
@@ -137,6 +138,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const health = new HealthStatus();
   for (const service of PRODUCT_SERVICES) health.set(service.typeName, HealthCheckResponse_ServingStatus.SERVING);
   const shutdown = new AbortController();
+  // Every in-flight call links its own signal to this one: more than 10 at once is normal load,
+  // not the listener leak Node would warn about (MaxListenersExceededWarning).
+  setMaxListeners(0, shutdown.signal);
   const handler = connectNodeAdapter({
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,

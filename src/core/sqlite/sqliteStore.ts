@@ -21,6 +21,7 @@ import type {
 import { NOTIFY_ELIGIBLE } from "../model.js";
 import { ackNotice, isPending, noticeFor, onMaterialEvent, recoverPending, watcherIsChild } from "../noticeProtocol.js";
 import { historyGapFor, humanTurnGate } from "../signalLog.js";
+import { GroupCommit } from "./groupCommit.js";
 import type {
   AckInput,
   AckOutcome,
@@ -55,8 +56,11 @@ const CURSOR_COLUMNS =
 
 export class SqliteStateStore implements StateStore {
   private readonly stmt;
+  /** Concurrent AppendEvents calls share one commit (see groupCommit.ts). */
+  private readonly appendGroup: GroupCommit<{ drafts: EventDraft[]; now: number }, { outcomes: AppendOutcome[]; notices: Notice[] }>;
 
   constructor(private readonly db: Database.Database) {
+    this.appendGroup = new GroupCommit(db, ({ drafts, now }) => this.appendEventsNow(drafts, now));
     const p = (sql: string) => db.prepare(sql);
     this.stmt = {
       eventByDedupe: p(
@@ -133,7 +137,7 @@ export class SqliteStateStore implements StateStore {
   // ---- Signal log ----------------------------------------------------------------------
 
   async appendEvents(drafts: EventDraft[], now: number): Promise<{ outcomes: AppendOutcome[]; notices: Notice[] }> {
-    return this.appendEventsNow(drafts, now);
+    return this.appendGroup.submit({ drafts, now });
   }
 
   /**
@@ -550,6 +554,7 @@ export class SqliteStateStore implements StateStore {
 
   close(): void {
     if (!this.db.open) return;
+    this.appendGroup.flush();
     try {
       // Fold the WAL back into the main file so a clean stop leaves one file behind.
       this.db.pragma("wal_checkpoint(TRUNCATE)");
