@@ -17,9 +17,22 @@ const CODES: Record<DomainErrorKind, Code> = {
   unavailable: Code.Unavailable,
 };
 
+/**
+ * Longest error message sent back. A message can quote request input (an unknown service
+ * name, a key); unbounded, a 100 kB name would travel back in the grpc-message trailer,
+ * which HTTP/2 clients refuse (FRAME_SIZE_ERROR), so the client would never see the status.
+ */
+export const MAX_ERROR_MESSAGE_CHARS = 1024;
+
+function bounded(err: ConnectError): ConnectError {
+  if (err.rawMessage.length <= MAX_ERROR_MESSAGE_CHARS) return err;
+  const message = `${err.rawMessage.slice(0, MAX_ERROR_MESSAGE_CHARS)}… (${err.rawMessage.length - MAX_ERROR_MESSAGE_CHARS} more characters)`;
+  return new ConnectError(message, err.code, err.metadata, err.details, err.cause);
+}
+
 export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
-  if (err instanceof ConnectError) return err;
-  if (err instanceof DomainError) return new ConnectError(err.message, CODES[err.kind]);
+  if (err instanceof ConnectError) return bounded(err);
+  if (err instanceof DomainError) return bounded(new ConnectError(err.message, CODES[err.kind]));
   // Disk full or a held lock: the machine's condition, answered with a code the client can act on.
   const fault = storageFault(err);
   if (fault) {
