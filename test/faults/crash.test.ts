@@ -27,7 +27,7 @@ import { StateService, type EventInput } from "../../gen/sessionstate/v1/state_p
 import { freePort } from "../support/clientScenario.js";
 import { tempDir } from "../support/harness.js";
 import { integrityCheck, rng, seedFor, withReadOnly } from "./support/dbCheck.js";
-import { killAllServerProcesses, serverBundle, startServerProcess, type ServerProcess } from "./support/serverProcess.js";
+import { killAllServerProcesses, serverBundle, startServerProcess } from "./support/serverProcess.js";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 200);
 const LANES = Number(process.env.CRASH_LANES ?? 4);
@@ -108,8 +108,7 @@ function clients(url: string) {
 }
 
 /** Reads back every session of the lane through the restarted server and checks it all. */
-async function verify(lane: Lane, server: ServerProcess, round: number): Promise<void> {
-  const { reader, writer } = clients(server.url);
+async function verify(lane: Lane, { reader, writer }: ReturnType<typeof clients>, round: number): Promise<void> {
   const fail = (msg: string) => lane.violations.push(`lane ${lane.id} before round ${round}: ${msg}`);
   const present = new Map<string, number>(); // summary → sequence
   for (const sessionKey of lane.sessions) {
@@ -214,9 +213,10 @@ async function crashRound(lane: Lane, round: number): Promise<void> {
     args: ["--prune-interval", "0"],
   });
   lane.startups.push(server.startupMs);
-  await verify(lane, server, round);
+  const c = clients(server.url);
+  await verify(lane, c, round);
 
-  const { writer, sessions } = clients(server.url);
+  const { writer, sessions } = c;
   const floor = lane.maxIssued; // every sequence handed out from now on must be above this
   const mode: KillMode = r.pick(["after-acks", "after-acks", "after-delay", "after-deleting-newest"] as const);
   const ackTarget = r.int(1, 30);
@@ -289,6 +289,7 @@ async function crashRound(lane: Lane, round: number): Promise<void> {
 describe("kill -9 during a stream of appends", () => {
   it(`keeps every acknowledged event across ${ROUNDS} kills`, { timeout: 300_000 }, async () => {
     const started = performance.now();
+    const cpuBefore = process.cpuUsage();
     await serverBundle();
     const random = rng(SEED);
     const lanes: Lane[] = [];
@@ -318,7 +319,7 @@ describe("kill -9 during a stream of appends", () => {
         for (let round = 0; round < perLane && lane.violations.length === 0; round++) await crashRound(lane, round);
         // One more start to check the state the last kill left, then a clean stop.
         const last = await startServerProcess({ port: lane.port, db: lane.db, args: ["--prune-interval", "0"] });
-        await verify(lane, last, perLane);
+        await verify(lane, clients(last.url), perLane);
         expect(await last.stop()).toBe(0);
       }),
     );
@@ -330,7 +331,7 @@ describe("kill -9 during a stream of appends", () => {
         `acked events=${lanes.reduce((n, l) => n + l.acked, 0)} ` +
         `unacked found=${lanes.reduce((n, l) => n + l.foundUnacked, 0)} unacked lost=${lanes.reduce((n, l) => n + l.lostUnacked, 0)} ` +
         `start-up ms p50=${q(0.5)} p90=${q(0.9)} max=${q(1)} (bin launcher: ${Math.round(lanes[0].startups[0])} ms) ` +
-        `wall=${((performance.now() - started) / 1000).toFixed(1)} s`,
+        `wall=${((performance.now() - started) / 1000).toFixed(1)} s client cpu=${((process.cpuUsage(cpuBefore).user + process.cpuUsage(cpuBefore).system) / 1e6).toFixed(1)} s`,
     );
     expect(lanes.flatMap((l) => l.violations)).toEqual([]);
     expect(lanes.reduce((n, l) => n + l.startups.length, 0)).toBeGreaterThanOrEqual(ROUNDS);

@@ -12,6 +12,7 @@ import { createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
+import { connect } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Health, HealthCheckResponse_ServingStatus } from "../../../gen/grpc/health/v1/health_pb.js";
@@ -126,19 +127,34 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
   };
 }
 
-/** Polls grpc.health.v1.Health/Check until the server answers SERVING. */
+/**
+ * Waits until the server answers grpc.health.v1.Health/Check with SERVING. The port is
+ * probed with bare TCP connects first (every few ms, cheap), since the server listens
+ * only once the database is open, recovered and pruned.
+ */
 export async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
-  const health = createClient(Health, createGrpcTransport({ baseUrl: url }));
+  const { hostname, port } = new URL(url);
   const deadline = performance.now() + timeoutMs;
+  const listening = () =>
+    new Promise<boolean>((resolve) => {
+      const socket = connect({ host: hostname, port: Number(port) });
+      socket.once("connect", () => {
+        socket.destroy();
+        resolve(true);
+      });
+      socket.once("error", () => resolve(false));
+    });
   for (;;) {
     if (gone()) throw new Error("server process exited before it was serving");
-    try {
-      const res = await health.check({ service: "" }, { timeoutMs: 1000 });
-      if (res.status === HealthCheckResponse_ServingStatus.SERVING) return;
-    } catch {
-      // Not listening yet.
-    }
-    if (performance.now() > deadline) throw new Error(`server at ${url} not serving after ${timeoutMs} ms`);
-    await new Promise((resolve) => setTimeout(resolve, 10));
+    if (await listening()) break;
+    if (performance.now() > deadline) throw new Error(`server at ${url} not listening after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
+  }
+  const health = createClient(Health, createGrpcTransport({ baseUrl: url }));
+  for (;;) {
+    const res = await health.check({ service: "" }, { timeoutMs: 5000 });
+    if (res.status === HealthCheckResponse_ServingStatus.SERVING) return;
+    if (performance.now() > deadline) throw new Error(`server at ${url} not SERVING after ${timeoutMs} ms`);
+    await new Promise((resolve) => setTimeout(resolve, 5));
   }
 }
