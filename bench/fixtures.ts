@@ -82,19 +82,27 @@ export interface Sample {
   detail: string;
 }
 
+/** Short window of the discarded warm-up round. */
+const WARM_UP_WINDOW_MS = 500;
+
 /**
- * Runs every step once per round, in the given order, and returns each step's samples.
- * Interleaving references with the product spreads background load over both alike.
+ * Runs every step once per round and returns each step's samples. Interleaving references
+ * with the product spreads background load over both alike; every other round runs the
+ * steps in reverse, so no step always goes first. A short warm-up round (JIT, connections,
+ * page cache) comes first and is discarded. Each step gets the length of its window.
  */
 export async function interleave<K extends string>(
   rounds: number,
-  steps: Record<K, () => Promise<Sample>>,
+  windowMs: number,
+  steps: Record<K, (windowMs: number) => Promise<Sample>>,
   log: (line: string) => void,
 ): Promise<Record<K, Sample[]>> {
-  const samples = Object.fromEntries(Object.keys(steps).map((k) => [k, [] as Sample[]])) as Record<K, Sample[]>;
+  const names = Object.keys(steps) as K[];
+  const samples = Object.fromEntries(names.map((k) => [k, [] as Sample[]])) as Record<K, Sample[]>;
+  for (const name of names) await steps[name](Math.min(windowMs, WARM_UP_WINDOW_MS));
   for (let round = 1; round <= rounds; round++) {
-    for (const name of Object.keys(steps) as K[]) {
-      const sample = await steps[name]();
+    for (const name of round % 2 === 1 ? names : [...names].reverse()) {
+      const sample = await steps[name](windowMs);
       samples[name].push(sample);
       log(`round ${round}/${rounds} ${name}: ${sample.detail}`);
     }

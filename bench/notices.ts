@@ -13,6 +13,7 @@
  *   to other, unwatched targets and to the watched targets themselves, each as a ratio to
  *   the same load before any watcher existed.
  */
+import { performance } from "node:perf_hooks";
 import { formatNumber, median, percentile, type BenchRow } from "./report.js";
 import { describeLoad, interleave, measureLoad, medianValue, startBenchServer, type Sample } from "./fixtures.js";
 import type { SectionContext } from "./section.js";
@@ -34,11 +35,13 @@ export interface NoticeBenchSizes {
   latencyWarmupRounds: number;
 }
 
+const seconds = (since: number) => ((performance.now() - since) / 1000).toFixed(1);
+
 export function sizesFor(ctx: SectionContext): NoticeBenchSizes {
   return {
     pairs: 1_000,
     fanOutWatchers: 10_000,
-    fanOutRounds: ctx.quick ? 2 : 5,
+    fanOutRounds: ctx.quick ? 2 : 3,
     latencyRounds: ctx.quick ? 500 : 2_000,
     latencyWarmupRounds: ctx.quick ? 50 : 200,
   };
@@ -52,14 +55,19 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
   const product = await startBenchServer("notices");
   const core = product.server.core;
   const url = product.server.url;
-  const appendLoad = async (serverUrl: string, sessions: string[], streamAgentId?: string): Promise<Sample> => {
+  const appendLoad = async (
+    serverUrl: string,
+    sessions: string[],
+    durationMs: number,
+    streamAgentId?: string,
+  ): Promise<Sample> => {
     const m = await measureLoad(client, {
       type: "unary-load",
       url: serverUrl,
       call: "append-1",
       concurrency: ctx.concurrency,
       warmupMs: ctx.warmupMs,
-      durationMs: ctx.durationMs,
+      durationMs,
       sessions,
       actorId: ACTOR,
       streamAgentId,
@@ -81,6 +89,7 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
       watcher: `agent:${LATENCY_AGENT}:main-${i}`,
       target: `agent:${LATENCY_AGENT}:subagent:task-${i}`,
     }));
+    let setupStarted = performance.now();
     for (const { watcher, target } of pairs) {
       await core.upsertSession({ sessionKey: watcher, agentId: "" }, { kind: "main" });
       const spawned = await core.spawnSession({
@@ -95,6 +104,7 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
       });
       if (!spawned.parentWatching) throw new Error(`${watcher} does not watch ${target}`);
     }
+    ctx.log(`set-up: ${formatNumber(sizes.pairs)} main sessions spawned a subagent each (implicit cursors) in ${seconds(setupStarted)} s`);
 
     const latency = await client.run({
       type: "notice-latency",
@@ -124,10 +134,11 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
     const watchedTargets = pairs.map((p) => p.target);
     const throughput = await interleave(
       ctx.rounds,
+      ctx.durationMs,
       {
-        "no watchers": () => appendLoad(bare.server.url, FREE_SESSIONS),
-        "watchers on other targets": () => appendLoad(url, FREE_SESSIONS, LATENCY_AGENT),
-        "appended targets watched": () => appendLoad(url, watchedTargets, LATENCY_AGENT),
+        "no watchers": (ms) => appendLoad(bare.server.url, FREE_SESSIONS, ms),
+        "watchers on other targets": (ms) => appendLoad(url, FREE_SESSIONS, ms, LATENCY_AGENT),
+        "appended targets watched": (ms) => appendLoad(url, watchedTargets, ms, LATENCY_AGENT),
       },
       ctx.log,
     );
@@ -136,6 +147,7 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
     const watched = medianValue(throughput["appended targets watched"]);
 
     // Fan-out: every round's target has the same 10,000 explicit watchers.
+    setupStarted = performance.now();
     const fanTargets = Array.from({ length: sizes.fanOutRounds }, (_, r) => `agent:${FAN_AGENT}:target-${r}`);
     for (const target of fanTargets) {
       await core.upsertSession({ sessionKey: target, agentId: "" }, { kind: "group" });
@@ -144,6 +156,9 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
         if (!result.watched) throw new Error(`watch refused: ${result.reason}`);
       }
     }
+    ctx.log(
+      `set-up: ${formatNumber(sizes.fanOutWatchers)} explicit watchers (Watch) on each of ${fanTargets.length} fan-out targets in ${seconds(setupStarted)} s`,
+    );
     const fan = await client.run({
       type: "fan-out",
       url,
@@ -201,7 +216,7 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
       },
       {
         section: SECTION,
-        metric: `fan-out: send → all ${fanLabel} notices received (median of ${fan.rounds.length})`,
+        metric: `fan-out: send → all ${formatNumber(sizes.fanOutWatchers)} notices received (median of ${fan.rounds.length})`,
         value: fanAll,
         unit: "ms",
         digits: 1,

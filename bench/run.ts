@@ -7,7 +7,7 @@
  *   npm run bench -- scanner --full        the scanner over a 200 MB transcript
  *   npm run bench -- --list                the sections
  *
- * Options: --duration <ms> (measured window of each load, default 2000; --quick 1000),
+ * Options: --duration <ms> (measured window of each load, default 1500; --quick 1000),
  * --warmup <ms> (default 500; --quick 300), --rounds <n> (interleaved rounds per throughput
  * figure, median reported; default 3, --quick 1), --concurrency <n> (calls in flight,
  * default 16), --json <file> (also write the machine facts and rows as JSON).
@@ -120,7 +120,7 @@ async function main(): Promise<void> {
   const ctx: SectionContext = {
     quick,
     full: values.full,
-    durationMs: number(values.duration, quick ? 1_000 : 2_000, "duration"),
+    durationMs: number(values.duration, quick ? 1_000 : 1_500, "duration"),
     warmupMs: number(values.warmup, quick ? 300 : 500, "warmup"),
     rounds: number(values.rounds, quick ? 1 : 3, "rounds"),
     concurrency: number(values.concurrency, 16, "concurrency"),

@@ -75,14 +75,19 @@ function statusSeed(count: number): AppendEventInput[] {
 
 export async function benchSignalLog(ctx: SectionContext): Promise<BenchRow[]> {
   const client = await ctx.client();
-  const load = async (url: string, call: UnaryLoadJob["call"], extra: Partial<UnaryLoadJob> = {}): Promise<Sample> => {
+  const load = async (
+    url: string,
+    call: UnaryLoadJob["call"],
+    durationMs: number,
+    extra: Partial<UnaryLoadJob> = {},
+  ): Promise<Sample> => {
     const m = await measureLoad(client, {
       type: "unary-load",
       url,
       call,
       concurrency: ctx.concurrency,
       warmupMs: ctx.warmupMs,
-      durationMs: ctx.durationMs,
+      durationMs,
       sessions: LOAD_SESSIONS,
       actorId: ACTOR,
       ...extra,
@@ -114,17 +119,18 @@ export async function benchSignalLog(ctx: SectionContext): Promise<BenchRow[]> {
 
     const samples = await interleave(
       ctx.rounds,
+      ctx.durationMs,
       {
         // Storage limit: in this process, with the servers idle.
-        "raw insert": async () => {
-          const rate = rawInsertRate(join(raw.path, `raw-${rawDb++}.db`), ctx.durationMs, ctx.warmupMs);
+        "raw insert": async (ms) => {
+          const rate = rawInsertRate(join(raw.path, `raw-${rawDb++}.db`), ms, ctx.warmupMs);
           return { value: rate, detail: `${formatNumber(rate)} rows/s (WAL, synchronous=NORMAL, product schema)` };
         },
-        "no-op AppendEvents": () => load(noopUrl, "append-1"),
-        "AppendEvents x1": () => load(product.server.url, "append-1"),
-        "AppendEvents x100": () => load(product.server.url, "append-100"),
-        "no-op GetStatus": () => load(noopUrl, "status-200", statusJob),
-        "GetStatus 200": () => load(product.server.url, "status-200", statusJob),
+        "no-op AppendEvents": (ms) => load(noopUrl, "append-1", ms),
+        "AppendEvents x1": (ms) => load(product.server.url, "append-1", ms),
+        "AppendEvents x100": (ms) => load(product.server.url, "append-100", ms),
+        "no-op GetStatus": (ms) => load(noopUrl, "status-200", ms, statusJob),
+        "GetStatus 200": (ms) => load(product.server.url, "status-200", ms, statusJob),
       },
       ctx.log,
     );
