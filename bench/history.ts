@@ -18,6 +18,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { performance } from "node:perf_hooks";
 import { pathToFileURL } from "node:url";
+import { SessionService } from "../gen/sessionstate/v1/session_pb.js";
 import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
 import { SessionState } from "../src/core/sessionState.js";
 import { SessionTools } from "../src/core/sessionTools.js";
@@ -175,9 +176,13 @@ export async function benchHistory(options: HistoryBenchOptions = {}): Promise<B
     const server = await startServer({ port: 0, databasePath: dbPath, logger: silentLogger, pruneIntervalMs: 0 });
     let rpcTail: { p50: number; p99: number };
     let rpcPaged: { p50: number; p99: number };
+    let rpcTiny: { p50: number; p99: number };
     try {
-      const client = createClient(TranscriptService, createConnectTransport({ baseUrl: server.url, httpVersion: "2" }));
+      // Client and server share this process (and its event loop): the figures include both ends.
+      const transport = createConnectTransport({ baseUrl: server.url, httpVersion: "2", useBinaryFormat: true });
+      const client = createClient(TranscriptService, transport);
       const session = { sessionKey: big.sessionKey };
+      rpcTiny = await timeEach(offsets, () => createClient(SessionService, transport).listGroups({}));
       rpcTail = await timeEach(offsets, () => client.getHistory({ session }));
       rpcPaged = await timeEach(offsets, (offset) => client.getHistory({ session, limit: 50, offset: BigInt(offset) }));
     } finally {
@@ -193,6 +198,7 @@ export async function benchHistory(options: HistoryBenchOptions = {}): Promise<B
       ...ms("history", "GetHistory newest 50 of a 10k-message session (in process)", tail),
       ...ms("history", "GetHistory 50 at a random offset, tools excluded (in process)", paged),
       ...ms("history", "GetHistory 50 at a random offset, tools included (in process)", withTools),
+      ...ms("history", "reference: ListGroups (a tiny RPC) over Connect", rpcTiny),
       ...ms("history", "GetHistory newest 50 over Connect", rpcTail),
       ...ms("history", "GetHistory 50 at a random offset over Connect", rpcPaged),
       ...ms("history", `Search, operator view (${corpus})`, searchAll),
