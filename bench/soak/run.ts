@@ -1,0 +1,185 @@
+/**
+ * Soak: `npm run soak -- --minutes N [--clients K]`.
+ *
+ * Starts the real service as its own process (bin/sessionstate.js on a fresh database in a
+ * temp dir, loopback only), forks K client processes (bench/soak/client.ts) that drive
+ * appends, status reads, watch churn, notice streams with acks and replaying subscribers
+ * against it for N minutes, and prints: operations per second (mean and the lowest
+ * 10-second window, i.e. what was held), latency p50/p99 per operation, the server's
+ * resident memory at start, after warm-up and at the end, the largest WAL file seen, and
+ * the final audit (acknowledged events lost, notices delivered twice on one stream,
+ * errors, integrity_check). Exits non-zero when a bound or the audit fails.
+ */
+import { fork } from "node:child_process";
+import { readFileSync, statSync } from "node:fs";
+import { createServer } from "node:net";
+import { join } from "node:path";
+import { fileURLToPath } from "node:url";
+import { parseArgs } from "node:util";
+import { integrityCheck } from "../../test/faults/support/dbCheck.js";
+import { killAllServerProcesses, startServerProcess } from "../../test/faults/support/serverProcess.js";
+import { tempDir } from "../../test/support/harness.js";
+import type { ClientReport } from "./client.js";
+import { Histogram } from "./histogram.js";
+
+const MiB = 1024 * 1024;
+/** Stated bounds: RSS growth from warm-up to the end, and the WAL file. */
+const RSS_GROWTH_BOUND = 48 * MiB;
+const WAL_BOUND = 64 * MiB; // journal_size_limit (src/core/sqlite/database.ts)
+
+const { values } = parseArgs({
+  options: {
+    minutes: { type: "string", default: "2" },
+    clients: { type: "string", default: "4" },
+  },
+});
+const minutes = Number(values.minutes);
+const clientCount = Number(values.clients);
+if (!(minutes > 0) || !(clientCount >= 1)) {
+  console.error("usage: npm run soak -- --minutes N [--clients K]");
+  process.exit(2);
+}
+const durationMs = minutes * 60_000;
+
+function freePort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = createServer();
+    probe.listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
+
+function rss(pid: number): number {
+  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
+  return m ? Number(m[1]) * 1024 : 0;
+}
+
+const walSize = (db: string) => {
+  try {
+    return statSync(`${db}-wal`).size;
+  } catch {
+    return 0;
+  }
+};
+
+const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
+
+async function main(): Promise<number> {
+  const dir = tempDir("sessionstate-soak-");
+  const db = join(dir.path, "soak.db");
+  const port = await freePort();
+  // Nothing is pruned during the soak (so the audit can ask for every acknowledged event),
+  // but the pruning pass still runs every 30 s alongside the load.
+  const server = await startServerProcess({
+    port,
+    db,
+    entry: "bin",
+    args: ["--retention-rows", "1000000000", "--prune-interval", "30"],
+  });
+  const samples: { at: number; rss: number; wal: number }[] = [];
+  const sample = () => samples.push({ at: performance.now(), rss: rss(server.pid), wal: walSize(db) });
+  sample();
+  const rssAtStart = samples[0].rss;
+  console.log(`soak: server pid ${server.pid} on ${server.url}, ${clientCount} client processes, ${minutes} min, database ${db}`);
+
+  const script = fileURLToPath(new URL("./client.ts", import.meta.url));
+  const children = Array.from({ length: clientCount }, (_, id) =>
+    fork(script, [server.url, String(id), String(durationMs)], { execArgv: process.execArgv, stdio: ["ignore", "inherit", "inherit", "ipc"] }),
+  );
+  const reports = children.map(
+    (child) =>
+      new Promise<ClientReport>((resolve, reject) => {
+        child.on("message", (m: { type: string; report?: ClientReport; error?: string }) => {
+          if (m.type === "report") resolve(m.report!);
+          if (m.type === "failed") reject(new Error(m.error));
+        });
+        child.once("exit", (code) => reject(new Error(`client exited with ${code} before reporting`)));
+      }),
+  );
+  const started = performance.now();
+  const sampler = setInterval(sample, 2_000);
+  const progress = setInterval(() => {
+    const last = samples.at(-1)!;
+    console.log(`  ${Math.round((performance.now() - started) / 1000)} s: server RSS ${mib(last.rss)}, WAL ${mib(last.wal)}`);
+  }, 30_000);
+  let results: ClientReport[];
+  try {
+    results = await Promise.all(reports);
+  } finally {
+    clearInterval(sampler);
+    clearInterval(progress);
+  }
+  sample();
+  const rssAtEnd = samples.at(-1)!.rss;
+  const warmAt = started + Math.min(30_000, durationMs / 4);
+  const rssWarm = (samples.find((s) => s.at >= warmAt) ?? samples.at(-1)!).rss;
+  const rssMax = Math.max(...samples.map((s) => s.rss));
+  const walMax = Math.max(...samples.map((s) => s.wal));
+  const stopCode = await server.stop();
+  const integrity = integrityCheck(db);
+  dir.remove();
+
+  // Merge the clients' counts.
+  const all = new Histogram();
+  const byKind = new Map<string, Histogram>();
+  const ops: Record<string, number> = {};
+  const errors: Record<string, number> = {};
+  const windows: number[] = [];
+  for (const r of results) {
+    for (const [kind, counts] of Object.entries(r.latency)) {
+      const h = byKind.get(kind) ?? new Histogram();
+      h.merge(counts);
+      byKind.set(kind, h);
+      all.merge(counts);
+    }
+    for (const [k, n] of Object.entries(r.ops)) ops[k] = (ops[k] ?? 0) + n;
+    for (const [k, n] of Object.entries(r.errors)) errors[k] = (errors[k] ?? 0) + n;
+    r.windows.forEach((n, i) => (windows[i] = (windows[i] ?? 0) + (n ?? 0)));
+  }
+  const fullWindows = windows.slice(0, Math.floor(durationMs / 10_000)).map((n) => (n ?? 0) / 10);
+  const total = Object.values(ops).reduce((a, b) => a + b, 0);
+  const sum = (f: (r: ClientReport) => number) => results.reduce((n, r) => n + f(r), 0);
+  const lost = sum((r) => r.lost);
+  const changed = sum((r) => r.changed);
+  const duplicates = sum((r) => r.duplicates);
+  const errorCount = Object.values(errors).reduce((a, b) => a + b, 0);
+
+  const checks: [string, boolean, string][] = [
+    ["acknowledged events lost", lost === 0 && changed === 0, `${lost} lost, ${changed} changed of ${sum((r) => r.acked)} acknowledged`],
+    ["duplicate notices (same notice twice on one stream)", duplicates === 0, `${duplicates} of ${sum((r) => r.notices)} notices`],
+    ["errors", errorCount === 0, errorCount === 0 ? "none" : JSON.stringify(errors)],
+    ["server RSS growth after warm-up", rssAtEnd - rssWarm <= RSS_GROWTH_BOUND, `${mib(rssAtEnd - rssWarm)} (bound ${mib(RSS_GROWTH_BOUND)})`],
+    ["WAL file size", walMax <= WAL_BOUND, `max ${mib(walMax)} (bound ${mib(WAL_BOUND)})`],
+    ["integrity_check after a graceful stop", integrity === "ok" && stopCode === 0, `${integrity}, exit ${stopCode}`],
+  ];
+
+  const line = (label: string, value: string) => console.log(`${label.padEnd(44)} ${value}`);
+  console.log("");
+  console.log(`== soak: ${minutes} min, ${clientCount} client processes (${results.map((r) => r.protocol).join(", ")}), 1 server process`);
+  line("operations", `${total} (${Object.entries(ops).map(([k, n]) => `${k} ${n}`).join(", ")})`);
+  line("operations/s, mean", (total / (durationMs / 1000)).toFixed(0));
+  line("operations/s, lowest 10-s window (held)", Math.min(...fullWindows).toFixed(0));
+  line("latency all operations p50 / p99", `${all.quantile(0.5).toFixed(2)} ms / ${all.quantile(0.99).toFixed(2)} ms`);
+  for (const [kind, h] of [...byKind].sort()) {
+    line(`  ${kind} p50 / p99`, `${h.quantile(0.5).toFixed(2)} ms / ${h.quantile(0.99).toFixed(2)} ms (${h.total})`);
+  }
+  line("server RSS start / warm (30 s) / end / max", `${mib(rssAtStart)} / ${mib(rssWarm)} / ${mib(rssAtEnd)} / ${mib(rssMax)}`);
+  line("WAL file max", mib(walMax));
+  line("notices received / replayed / stream restarts", `${sum((r) => r.notices)} / ${sum((r) => r.replayed)} / ${sum((r) => r.streamRestarts)}`);
+  console.log("");
+  for (const [name, ok, detail] of checks) line(`${ok ? "PASS" : "FAIL"} ${name}`, detail);
+  const failed = checks.filter(([, ok]) => !ok).length;
+  console.log(`\nsoak ${failed === 0 ? "PASSED" : `FAILED (${failed} checks)`}`);
+  return failed === 0 ? 0 : 1;
+}
+
+main().then(
+  (code) => process.exit(code),
+  (err) => {
+    console.error(`soak: ${err?.stack ?? err}`);
+    killAllServerProcesses();
+    process.exit(1);
+  },
+);
