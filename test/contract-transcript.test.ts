@@ -11,7 +11,7 @@ import { MessageRole } from "../gen/sessionstate/v1/message_pb.js";
 import { VisibilityMode } from "../gen/sessionstate/v1/requester_pb.js";
 import { ModelFailure, RunResultOutcome, ThinkingLevel } from "../gen/sessionstate/v1/session_pb.js";
 import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
-import { clientsFor, PROTOCOLS, startTestServer, transportFor, type Clients, type TestServer } from "./support/harness.js";
+import { clientsFor, PROTOCOLS, startTestServer, transportFor, type Clients, type TestServer, codeOf } from "./support/harness.js";
 import { assistant, image, message, requester, text, user } from "./support/sessionTools.js";
 
 let t: TestServer;
@@ -20,14 +20,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.stop());
 
-async function code(p: Promise<unknown>): Promise<Code | undefined> {
-  try {
-    await p;
-    return undefined;
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
+const code = codeOf;
 
 describe.each(PROTOCOLS)("over %s", (protocol) => {
   const agent = `tx${protocol.replace("-", "")}`;

@@ -16,7 +16,7 @@ import {
   type ConnectNodeRequest,
   type ConnectNodeResponse,
 } from "../gen/sessionstate/v1/upstream_pb.js";
-import { PROTOCOLS, startTestServer, transportFor, type TestServer } from "./support/harness.js";
+import { PROTOCOLS, startTestServer, transportFor, type TestServer, codeOf } from "./support/harness.js";
 
 let t: TestServer;
 beforeAll(async () => {
@@ -24,14 +24,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.stop());
 
-async function code(p: Promise<unknown>): Promise<Code | undefined> {
-  try {
-    await p;
-    return undefined;
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
+const code = codeOf;
 
 /** The Node's side of a ConnectNode stream, driven step by step. */
 class NodeStream {

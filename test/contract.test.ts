@@ -11,7 +11,7 @@ import { readdirSync, readFileSync } from "node:fs";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { SessionKind } from "../gen/sessionstate/v1/session_pb.js";
-import { clientsFor, PROTOCOLS, startTestServer, type Clients, type TestServer } from "./support/harness.js";
+import { clientsFor, PROTOCOLS, startTestServer, type Clients, type TestServer, codeOf } from "./support/harness.js";
 
 let t: TestServer;
 beforeAll(async () => {
@@ -19,14 +19,7 @@ beforeAll(async () => {
 });
 afterAll(() => t.stop());
 
-async function code(p: Promise<unknown>): Promise<Code | undefined> {
-  try {
-    await p;
-    return undefined;
-  } catch (err) {
-    return ConnectError.from(err).code;
-  }
-}
+const code = codeOf;
 
 describe.each(PROTOCOLS)("over %s", (protocol) => {
   let c: Clients;

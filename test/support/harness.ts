@@ -2,7 +2,7 @@
  * Test harness: a real server on a free port over a real SQLite file in a temp dir, and
  * generated clients over each of the three protocols.
  */
-import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -96,4 +96,14 @@ export async function startTestServer(options: Partial<ServerOptions> = {}, prot
     },
   };
   return t;
+}
+
+/** The Connect code a call fails with, or undefined when it succeeds. */
+export async function codeOf(call: Promise<unknown>): Promise<Code | undefined> {
+  try {
+    await call;
+    return undefined;
+  } catch (err) {
+    return ConnectError.from(err).code;
+  }
 }
