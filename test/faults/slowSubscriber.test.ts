@@ -7,12 +7,17 @@
  * ENHANCE_YOUR_CALM (gRPC's RESOURCE_EXHAUSTED). A re-subscribe recovers every pending
  * notice from the durable cursors.
  */
-import { create, toBinary } from "@bufbuild/protobuf";
+import { create, fromBinary, toBinary } from "@bufbuild/protobuf";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import http2 from "node:http2";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
-import { StreamNoticesRequestSchema, WatchService, type StreamNoticesResponse } from "../../gen/sessionstate/v1/watch_pb.js";
+import {
+  StreamNoticesRequestSchema,
+  StreamNoticesResponseSchema,
+  WatchService,
+  type StreamNoticesResponse,
+} from "../../gen/sessionstate/v1/watch_pb.js";
 import { startTestServer, transportFor, type TestServer } from "../support/harness.js";
 
 const CAPACITY = 50;
@@ -95,32 +100,81 @@ async function appendToAll(tag: string, batch: number, delivered?: () => number)
   return sequences;
 }
 
+/**
+ * A bare HTTP/2 gRPC StreamNotices call, so the test controls reading exactly (a generated
+ * client may read ahead into its own buffers): it reads the first frame, then pauses; HTTP/2
+ * flow control then blocks the server's writes once the windows are full.
+ */
+async function stalledSubscriber() {
+  const session = http2.connect(t.url);
+  session.on("error", () => {});
+  const request = toBinary(StreamNoticesRequestSchema, create(StreamNoticesRequestSchema, { agentId: "slow" }));
+  const frame = Buffer.alloc(5 + request.length);
+  frame.writeUInt32BE(request.length, 1);
+  frame.set(request, 5);
+  const stream = session.request({
+    ":method": "POST",
+    ":path": "/sessionstate.v1.WatchService/StreamNotices",
+    "content-type": "application/grpc+proto",
+    te: "trailers",
+  });
+  stream.on("error", () => {}); // a reset is what some tests wait for
+  const chunks: Buffer[] = [];
+  let trailers: http2.IncomingHttpHeaders = {};
+  stream.on("trailers", (h) => (trailers = h));
+  const closed = new Promise<number>((resolve) => stream.once("close", () => resolve(stream.rstCode ?? -1)));
+  stream.end(frame);
+  await new Promise((resolve) => stream.once("data", (chunk: Buffer) => resolve(chunks.push(chunk))));
+  stream.pause();
+  return {
+    stream,
+    closed,
+    /** Reads on to the end: the notices it got and the status it ended with. */
+    async readOn() {
+      stream.on("data", (chunk: Buffer) => chunks.push(chunk));
+      stream.resume();
+      await closed;
+      const body = Buffer.concat(chunks);
+      let notices = 0;
+      for (let at = 0; at + 5 <= body.length; at += 5 + body.readUInt32BE(at + 1)) {
+        const message = fromBinary(StreamNoticesResponseSchema, body.subarray(at + 5, at + 5 + body.readUInt32BE(at + 1)));
+        if (message.message.case === "notice") notices++;
+      }
+      return { notices, status: Number(trailers["grpc-status"]), message: decodeURIComponent(String(trailers["grpc-message"] ?? "")) };
+    },
+    close: () => session.destroy(),
+  };
+}
+
 describe("a stalled stream subscriber", () => {
   it("leaves the bus while stalled, then gets RESOURCE_EXHAUSTED; appends and a healthy subscriber go on; re-subscribe recovers all", async () => {
     await serve(60_000);
-    const stalled = subscribe("grpc");
+    const stalled = await stalledSubscriber();
     const healthy = subscribe("connect");
-    expect(await untilReplayComplete(stalled.it)).toBe(0);
     expect(await untilReplayComplete(healthy.it)).toBe(0);
-    expect(t.server.core.notices.subscriberCount).toBe(2);
+    await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(2), { timeout: 5_000, interval: 10 });
     const healthyTargets: string[] = [];
     const healthyReads = drain(healthy.it, TARGETS, healthyTargets);
 
-    // The stalled subscriber reads nothing from here on. Every append still completes, and
-    // the healthy subscriber gets each batch's notices.
-    const sequences = await appendToAll("first", 10, () => healthyTargets.length);
-    expect(sequences).toHaveLength(TARGETS);
-    const healthyResult = await healthyReads;
-    expect(healthyResult.error).toBeUndefined();
-    expect(new Set(healthyResult.targets).size).toBe(TARGETS);
+    try {
+      // The stalled subscriber reads nothing from here on. Every append still completes,
+      // and the healthy subscriber gets each batch's notices.
+      const sequences = await appendToAll("first", 10, () => healthyTargets.length);
+      expect(sequences).toHaveLength(TARGETS);
+      const healthyResult = await healthyReads;
+      expect(healthyResult.error).toBeUndefined();
+      expect(new Set(healthyResult.targets).size).toBe(TARGETS);
 
-    // The stalled one left the bus without reading a byte more. Reading on, it gets what was
-    // already sent, then RESOURCE_EXHAUSTED.
-    await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(1), { timeout: 10_000, interval: 20 });
-    const stalledResult = await drain(stalled.it);
-    expect(stalledResult.error?.code).toBe(Code.ResourceExhausted);
-    expect(stalledResult.error?.rawMessage).toMatch(/fell more than 50 notices behind; re-subscribe/);
-    expect(stalledResult.targets.length).toBeLessThan(TARGETS);
+      // The stalled one left the bus without reading a byte more. Reading on, it gets what
+      // was already sent, then RESOURCE_EXHAUSTED with the reason.
+      await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(1), { timeout: 10_000, interval: 20 });
+      const result = await stalled.readOn();
+      expect(result.status).toBe(Code.ResourceExhausted);
+      expect(result.message).toMatch(/fell more than 50 notices behind; re-subscribe/);
+      expect(result.notices).toBeLessThan(TARGETS);
+    } finally {
+      stalled.close();
+    }
 
     // Re-subscribing replays every pending notice from the durable cursors.
     const again = subscribe("grpc-web");
@@ -129,33 +183,15 @@ describe("a stalled stream subscriber", () => {
 
   it("one that stays stalled is reset with ENHANCE_YOUR_CALM after a heartbeat interval, without reading", async () => {
     await serve(1000);
-    // A bare HTTP/2 gRPC call, so the test controls reading exactly: it reads the first
-    // frame, then pauses for good.
-    const session = http2.connect(t.url);
+    const stalled = await stalledSubscriber();
     try {
-      const request = toBinary(StreamNoticesRequestSchema, create(StreamNoticesRequestSchema, { agentId: "slow" }));
-      const frame = Buffer.alloc(5 + request.length);
-      frame.writeUInt32BE(request.length, 1);
-      frame.set(request, 5);
-      const stream = session.request({
-        ":method": "POST",
-        ":path": "/sessionstate.v1.WatchService/StreamNotices",
-        "content-type": "application/grpc+proto",
-        te: "trailers",
-      });
-      stream.on("error", () => {}); // the reset under test
-      stream.end(frame);
-      const closed = new Promise<number>((resolve) => stream.once("close", () => resolve(stream.rstCode ?? -1)));
-      await new Promise((resolve) => stream.once("data", resolve));
-      stream.pause();
       await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(1), { timeout: 5_000, interval: 10 });
-
       await appendToAll("stalled", 10);
       await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(0), { timeout: 10_000, interval: 10 });
-      expect(await closed).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
-      expect(stream.readableFlowing).toBe(false); // it never read again
+      expect(await stalled.closed).toBe(http2.constants.NGHTTP2_ENHANCE_YOUR_CALM);
+      expect(stalled.stream.readableFlowing).toBe(false); // it never read again
     } finally {
-      session.destroy();
+      stalled.close();
     }
     const again = subscribe("grpc");
     expect(await untilReplayComplete(again.it)).toBe(TARGETS);
