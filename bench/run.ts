@@ -102,7 +102,7 @@ async function main(): Promise<void> {
   }
   const unknown = positionals.filter((name) => !SECTIONS.some((s) => s.name === name));
   if (unknown.length > 0) {
-    throw new Error(`unknown section(s) ${unknown.join(", ")}; known: ${SECTIONS.map((s) => s.name).join(", ")}`);
+    throw new UsageError(`unknown section(s) ${unknown.join(", ")}; known: ${SECTIONS.map((s) => s.name).join(", ")}`);
   }
   const selected =
     positionals.length > 0
@@ -113,7 +113,7 @@ async function main(): Promise<void> {
   const number = (v: string | undefined, fallback: number, name: string) => {
     if (v === undefined) return fallback;
     const n = Number(v);
-    if (!Number.isInteger(n) || n <= 0) throw new Error(`--${name} must be a positive integer`);
+    if (!Number.isInteger(n) || n <= 0) throw new UsageError(`--${name} must be a positive integer`);
     return n;
   };
   let client: Promise<LoadClientProcess> | undefined;
@@ -173,7 +173,15 @@ async function main(): Promise<void> {
   }
 }
 
+/** A mistake on the command line: said in one line, without a stack. */
+class UsageError extends Error {}
+
 main().catch((err: unknown) => {
+  if (err instanceof UsageError || (err as NodeJS.ErrnoException)?.code?.startsWith("ERR_PARSE_ARGS")) {
+    console.error(`${(err as Error).message}\n${HELP}`);
+    process.exitCode = 2;
+    return;
+  }
   console.error(err instanceof Error ? (err.stack ?? err.message) : err);
   process.exitCode = 1;
 });
