@@ -27,7 +27,9 @@ export const MAX_ERROR_MESSAGE_CHARS = 1024;
 function bounded(err: ConnectError): ConnectError {
   if (err.rawMessage.length <= MAX_ERROR_MESSAGE_CHARS) return err;
   const message = `${err.rawMessage.slice(0, MAX_ERROR_MESSAGE_CHARS)}… (${err.rawMessage.length - MAX_ERROR_MESSAGE_CHARS} more characters)`;
-  return new ConnectError(message, err.code, err.metadata, err.details, err.cause);
+  // Details of an error raised on this server are outgoing ones; the cast only narrows the type.
+  const details = err.details as ConstructorParameters<typeof ConnectError>[3];
+  return new ConnectError(message, err.code, err.metadata, details, err.cause);
 }
 
 export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
