@@ -1,5 +1,5 @@
 /**
- * Soak: `npm run soak -- --minutes N [--clients K]`.
+ * Soak: `npm run soak -- --minutes N [--clients K] [--synchronous normal|full]`.
  *
  * Starts the real service as its own process (bin/sessionstate.js on a fresh database in a
  * temp dir, loopback only), forks K client processes (bench/soak/client.ts) that drive
@@ -31,12 +31,13 @@ const { values } = parseArgs({
   options: {
     minutes: { type: "string", default: "2" },
     clients: { type: "string", default: "4" },
+    synchronous: { type: "string", default: "normal" },
   },
 });
 const minutes = Number(values.minutes);
 const clientCount = Number(values.clients);
-if (!(minutes > 0) || !(clientCount >= 1)) {
-  console.error("usage: npm run soak -- --minutes N [--clients K]");
+if (!(minutes > 0) || !(clientCount >= 1) || !["normal", "full"].includes(values.synchronous!)) {
+  console.error("usage: npm run soak -- --minutes N [--clients K] [--synchronous normal|full]");
   process.exit(2);
 }
 const durationMs = minutes * 60_000;
@@ -76,13 +77,16 @@ async function main(): Promise<number> {
     port,
     db,
     entry: "bin",
-    args: ["--retention-rows", "1000000000", "--prune-interval", "30"],
+    args: ["--retention-rows", "1000000000", "--prune-interval", "30", "--synchronous", values.synchronous!],
   });
   const samples: { at: number; rss: number; wal: number }[] = [];
   const sample = () => samples.push({ at: performance.now(), rss: rss(server.pid), wal: walSize(db) });
   sample();
   const rssAtStart = samples[0].rss;
-  console.log(`soak: server pid ${server.pid} on ${server.url}, ${clientCount} client processes, ${minutes} min, database ${db}`);
+  console.log(
+    `soak: server pid ${server.pid} on ${server.url}, ${clientCount} client processes, ${minutes} min, ` +
+      `synchronous=${values.synchronous}, database ${db}`,
+  );
 
   const script = fileURLToPath(new URL("./client.ts", import.meta.url));
   const children = Array.from({ length: clientCount }, (_, id) =>
@@ -157,7 +161,10 @@ async function main(): Promise<number> {
 
   const line = (label: string, value: string) => console.log(`${label.padEnd(44)} ${value}`);
   console.log("");
-  console.log(`== soak: ${minutes} min, ${clientCount} client processes (${results.map((r) => r.protocol).join(", ")}), 1 server process`);
+  console.log(
+    `== soak: ${minutes} min, ${clientCount} client processes (${results.map((r) => r.protocol).join(", ")}), ` +
+      `1 server process, synchronous=${values.synchronous}`,
+  );
   line("operations", `${total} (${Object.entries(ops).map(([k, n]) => `${k} ${n}`).join(", ")})`);
   line("operations/s, mean", (total / (durationMs / 1000)).toFixed(0));
   line("operations/s, lowest 10-s window (held)", Math.min(...fullWindows).toFixed(0));
