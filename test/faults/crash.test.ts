@@ -24,10 +24,9 @@ import { join } from "node:path";
 import { ActorType, EventKind, RunOutcome } from "../../gen/sessionstate/v1/event_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService, type EventInput } from "../../gen/sessionstate/v1/state_pb.js";
-import { freePort } from "../support/clientScenario.js";
 import { tempDir } from "../support/harness.js";
 import { integrityCheck, rng, seedFor, withReadOnly } from "./support/dbCheck.js";
-import { killAllServerProcesses, serverBundle, startServerProcess } from "./support/serverProcess.js";
+import { killAllServerProcesses, serverBundle, stablePort, startServerProcess } from "./support/serverProcess.js";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 200);
 const LANES = Number(process.env.CRASH_LANES ?? 4);
@@ -298,7 +297,7 @@ describe("kill -9 during a stream of appends", () => {
       dirs.push(dir);
       lanes.push({
         id,
-        port: await freePort(),
+        port: await stablePort(),
         db: join(dir.path, "state.db"),
         random: rng(random.int(0, 2 ** 31)),
         sessions: [0, 1, 2].map((i) => `agent:crash${id}:s${i}`),

@@ -10,9 +10,9 @@
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, rmSync, symlinkSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
 import { tmpdir } from "node:os";
-import { connect } from "node:net";
+import { connect, createServer as createNetServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Health, HealthCheckResponse_ServingStatus } from "../../../gen/grpc/health/v1/health_pb.js";
@@ -43,6 +43,32 @@ export function serverBundle(): Promise<{ path: string; remove(): void }> {
     });
     return { path, remove: () => rmSync(dir, { recursive: true, force: true }) };
   })());
+}
+
+/**
+ * A free port below the kernel's ephemeral range (read from /proc where it can be), for a
+ * server that is killed and restarted on the same port: while it is down, no outgoing
+ * connection of this or a parallel test can take the port as its local port, and no server
+ * started on port 0 is given it.
+ */
+export async function stablePort(): Promise<number> {
+  let low = 32768;
+  try {
+    low = Number(readFileSync("/proc/sys/net/ipv4/ip_local_port_range", "utf8").trim().split(/\s+/)[0]) || low;
+  } catch {
+    // Not Linux: the usual default.
+  }
+  const from = Math.max(1024, low - 12_000);
+  for (let attempt = 0; attempt < 100; attempt++) {
+    const port = from + Math.floor(Math.random() * (low - from));
+    const free = await new Promise<boolean>((resolve) => {
+      const probe = createNetServer();
+      probe.once("error", () => resolve(false));
+      probe.listen(port, "127.0.0.1", () => probe.close(() => resolve(true)));
+    });
+    if (free) return port;
+  }
+  throw new Error(`no free port found in ${from}–${low - 1}`);
 }
 
 export interface ServerProcess {
