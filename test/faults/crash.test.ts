@@ -286,7 +286,7 @@ async function crashRound(lane: Lane, round: number): Promise<void> {
 }
 
 describe("kill -9 during a stream of appends", () => {
-  it(`keeps every acknowledged event across ${ROUNDS} kills`, { timeout: 300_000 }, async () => {
+  it(`keeps every acknowledged event across ${ROUNDS} kills`, { timeout: 600_000 }, async () => {
     const started = performance.now();
     const cpuBefore = process.cpuUsage();
     await serverBundle();
