@@ -1,16 +1,9 @@
 import { execFile } from "node:child_process";
 import { getEventListeners } from "node:events";
-import * as http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { Code, ConnectError, type ConnectRouter, createClient, type Transport } from "@connectrpc/connect";
-import {
-  connectNodeAdapter,
-  createConnectTransport,
-  createGrpcTransport,
-  Http2SessionManager,
-} from "@connectrpc/connect-node";
+import { createConnectTransport, createGrpcTransport } from "@connectrpc/connect-node";
 import { afterEach, describe, expect, it, vi } from "vitest";
 import { Health, HealthCheckResponse_ServingStatus as Status } from "../gen/grpc/health/v1/health_pb.js";
 import { SessionService } from "../gen/sessionstate/v1/session_pb.js";
@@ -18,6 +11,7 @@ import { StateService } from "../gen/sessionstate/v1/state_pb.js";
 import { WatchService } from "../gen/sessionstate/v1/watch_pb.js";
 import { HealthStatus, registerHealth } from "../src/server/health.js";
 import { registerReflection } from "../src/server/reflection.js";
+import { startRoutesServer } from "./support/routesServer.js";
 
 const BUF = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
 
@@ -36,25 +30,8 @@ async function start(health: HealthStatus) {
     registerHealth(router, health);
     registerReflection(router, [StateService, SessionService, WatchService]);
   };
-  const server = http2.createServer(connectNodeAdapter({ routes }));
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (session) => {
-    sessions.add(session);
-    session.once("close", () => sessions.delete(session));
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const sessionManager = new Http2SessionManager(baseUrl);
-  cleanups.push(async () => {
-    sessionManager.abort();
-    // close() waits for open connections; end them so it returns.
-    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const session of sessions) session.destroy();
-    await closed;
-  });
+  const { baseUrl, sessionManager, close } = await startRoutesServer(routes);
+  cleanups.push(close);
   const transports: Record<string, Transport> = {
     grpc: createGrpcTransport({ baseUrl, sessionManager }),
     connect: createConnectTransport({ baseUrl, httpVersion: "2", sessionManager }),

@@ -1,6 +1,4 @@
 import { execFile } from "node:child_process";
-import * as http2 from "node:http2";
-import type { AddressInfo } from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { create, createFileRegistry, fromBinary } from "@bufbuild/protobuf";
@@ -12,7 +10,7 @@ import {
   FileDescriptorSetSchema,
 } from "@bufbuild/protobuf/wkt";
 import { type ConnectRouter, createClient } from "@connectrpc/connect";
-import { connectNodeAdapter, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
+import { createGrpcTransport } from "@connectrpc/connect-node";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import * as v1 from "../gen/grpc/reflection/v1/reflection_pb.js";
 import * as v1alpha from "../gen/grpc/reflection/v1alpha/reflection_pb.js";
@@ -21,6 +19,7 @@ import { StateService } from "../gen/sessionstate/v1/state_pb.js";
 import { WatchService } from "../gen/sessionstate/v1/watch_pb.js";
 import { HealthStatus, registerHealth } from "../src/server/health.js";
 import { registerReflection } from "../src/server/reflection.js";
+import { startRoutesServer, type RoutesServer } from "./support/routesServer.js";
 
 const BUF = fileURLToPath(new URL("../node_modules/.bin/buf", import.meta.url));
 const NOT_FOUND = 5;
@@ -40,33 +39,12 @@ afterAll(async () => {
   for (const cleanup of cleanups.splice(0)) await cleanup();
 });
 
-interface Target {
-  baseUrl: string;
-  sessionManager: Http2SessionManager;
-}
+type Target = Pick<RoutesServer, "baseUrl" | "sessionManager">;
 
-/** A real h2c server on an ephemeral port of 127.0.0.1. */
 async function start(routes: (router: ConnectRouter) => void): Promise<Target> {
-  const server = http2.createServer(connectNodeAdapter({ routes }));
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (session) => {
-    sessions.add(session);
-    session.once("close", () => sessions.delete(session));
-  });
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(0, "127.0.0.1", resolve);
-  });
-  const baseUrl = `http://127.0.0.1:${(server.address() as AddressInfo).port}`;
-  const sessionManager = new Http2SessionManager(baseUrl);
-  cleanups.push(async () => {
-    sessionManager.abort();
-    // close() waits for open connections (buf curl's, ours); end them so it returns.
-    const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-    for (const session of sessions) session.destroy();
-    await closed;
-  });
-  return { baseUrl, sessionManager };
+  const server = await startRoutesServer(routes);
+  cleanups.push(server.close);
+  return server;
 }
 
 let main: Target;
