@@ -22,10 +22,7 @@ import { SessionService } from "../gen/sessionstate/v1/session_pb.js";
 import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
 import { SessionState } from "../src/core/sessionState.js";
 import { SessionTools } from "../src/core/sessionTools.js";
-import { openDatabase } from "../src/core/sqlite/database.js";
-import { SqliteSettingsStore } from "../src/core/sqlite/settingsStore.js";
-import { SqliteStateStore } from "../src/core/sqlite/sqliteStore.js";
-import { SqliteTranscriptStore } from "../src/core/sqlite/transcriptStore.js";
+import { openSqliteStorage } from "../src/core/sqlite/database.js";
 import { draftOf } from "../src/core/transcript/draft.js";
 import type { MessageDraft, MessageRole } from "../src/core/transcript/model.js";
 import { defaultRedactor } from "../src/core/transcript/redact.js";
@@ -115,10 +112,10 @@ export async function benchHistory(options: HistoryBenchOptions = {}): Promise<B
   const rows: BenchRow[] = [];
   try {
     // ---- corpus ----------------------------------------------------------------------------
-    const db = openDatabase({ path: dbPath });
-    const state = new SessionState({ store: new SqliteStateStore(db) });
-    const transcripts = new SqliteTranscriptStore(db);
-    const tools = new SessionTools({ state, transcripts, settings: new SqliteSettingsStore(db, transcripts) });
+    const storage = openSqliteStorage({ path: dbPath });
+    const db = storage.db;
+    const state = new SessionState({ storage });
+    const tools = new SessionTools({ state });
     const rand = random(42);
     const words = vocabulary(rand, 20_000);
     const now = Date.now();
@@ -136,7 +133,7 @@ export async function benchHistory(options: HistoryBenchOptions = {}): Promise<B
       const size = session === big ? BIG_SESSION_MESSAGES : Math.min(MESSAGES_PER_SESSION, totalMessages - n);
       for (let done = 0; done < size; done += BATCH) {
         const batch = Array.from({ length: Math.min(BATCH, size - done) }, () => draft(rand, words, n++, now));
-        await transcripts.appendMessages(session, undefined, batch, now);
+        await tools.transcripts.appendMessages(session, undefined, batch);
       }
     }
     db.pragma("wal_checkpoint(TRUNCATE)");
@@ -170,7 +167,7 @@ export async function benchHistory(options: HistoryBenchOptions = {}): Promise<B
     const searchAgent = await timeEach(queries, (query) => tools.search(agentView, { query, limit: 10 }));
     const selfView = { sessionKey: big.sessionKey, agentId: "", mode: "self" as const, sandboxed: false };
     const searchSelf = await timeEach(queries, (query) => tools.search(selfView, { query, limit: 10 }));
-    db.close();
+    await state.close();
 
     // ---- history over Connect -------------------------------------------------------------------
     const server = await startServer({ port: 0, databasePath: dbPath, logger: silentLogger, pruneIntervalMs: 0 });

@@ -1,17 +1,19 @@
 /**
- * GroupCommit over a real SQLite file (WAL, as the service opens it): units submitted together
- * share one commit, yet each stays atomic on its own and callers hear back only after COMMIT.
+ * Group commit of the SQLite backend over a real file (WAL, as the service opens it): group
+ * units submitted together share one commit, yet each stays atomic on its own and callers
+ * hear back only after COMMIT.
  */
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { openDatabase } from "../src/core/sqlite/database.js";
-import { GroupCommit } from "../src/core/sqlite/groupCommit.js";
+import { SqliteStorage } from "../src/core/sqlite/storage.js";
 import { tempDir } from "./support/harness.js";
 
-describe("GroupCommit", () => {
+describe("SQLite group commit", () => {
   let dir: { path: string; remove(): void };
   let db: Database.Database;
+  let storage: SqliteStorage;
   let reader: Database.Database;
   const rows = () => (reader.prepare("SELECT name FROM items ORDER BY id").all() as { name: string }[]).map((r) => r.name);
 
@@ -20,19 +22,25 @@ describe("GroupCommit", () => {
     const path = join(dir.path, "state.db");
     db = openDatabase({ path });
     db.exec("CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT NOT NULL)");
+    storage = new SqliteStorage(db);
     // A second connection sees only what was committed.
     reader = new Database(path, { readonly: true });
   });
 
-  afterEach(() => {
+  afterEach(async () => {
     reader.close();
-    db.close();
+    await storage.close();
     dir.remove();
   });
 
+  /** A group unit per name, through the storage's write path. */
+  function group<T>(unit: (name: string) => T) {
+    return { submit: (name: string) => storage.write(async () => unit(name), { group: true }) };
+  }
+
   function insertingGroup(seenByReader: string[][] = []) {
     const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
-    return new GroupCommit(db, (name: string) => {
+    return group((name: string) => {
       seenByReader.push(rows());
       if (name.startsWith("fail")) {
         insert.run(name);
@@ -44,8 +52,8 @@ describe("GroupCommit", () => {
 
   it("runs units submitted together in submission order, in one transaction, answering after the commit", async () => {
     const seen: string[][] = [];
-    const group = insertingGroup(seen);
-    const answers = Promise.all(["a", "b", "c"].map((name) => group.submit(name)));
+    const units = insertingGroup(seen);
+    const answers = Promise.all(["a", "b", "c"].map((name) => units.submit(name)));
     expect(rows()).toEqual([]); // nothing runs before the loop turn ends
     expect(await answers).toEqual([1, 2, 3]);
     // While b and c ran, a was not committed yet: one shared transaction, not three.
@@ -54,8 +62,8 @@ describe("GroupCommit", () => {
   });
 
   it("rolls a failing unit back alone; the others commit", async () => {
-    const group = insertingGroup();
-    const results = await Promise.allSettled(["a", "fail-b", "c"].map((name) => group.submit(name)));
+    const units = insertingGroup();
+    const results = await Promise.allSettled(["a", "fail-b", "c"].map((name) => units.submit(name)));
     expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     expect((results[1] as PromiseRejectedResult).reason).toEqual(new Error("unit fail-b failed"));
     expect(rows()).toEqual(["a", "c"]);
@@ -63,7 +71,7 @@ describe("GroupCommit", () => {
 
   it("fails every unit of the group when SQLite abandons the whole transaction, writing nothing", async () => {
     const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
-    const group = new GroupCommit(db, (name: string) => {
+    const units = group((name: string) => {
       insert.run(name);
       // What SQLite does on disk full or an I/O error: the whole transaction is rolled back.
       if (name === "b") {
@@ -72,7 +80,7 @@ describe("GroupCommit", () => {
       }
       return name;
     });
-    const results = await Promise.allSettled(["a", "b", "c"].map((name) => group.submit(name)));
+    const results = await Promise.allSettled(["a", "b", "c"].map((name) => units.submit(name)));
     expect(results.map((r) => r.status)).toEqual(["rejected", "rejected", "rejected"]);
     for (const r of results) expect((r as PromiseRejectedResult).reason.message).toContain("SQLITE_FULL");
     expect(rows()).toEqual([]);
@@ -80,16 +88,16 @@ describe("GroupCommit", () => {
   });
 
   it("starts a new group for units submitted after a flush", async () => {
-    const group = insertingGroup();
-    expect(await group.submit("a")).toBe(1);
-    expect(await Promise.all([group.submit("b"), group.submit("c")])).toEqual([2, 3]);
+    const units = insertingGroup();
+    expect(await units.submit("a")).toBe(1);
+    expect(await Promise.all([units.submit("b"), units.submit("c")])).toEqual([2, 3]);
     expect(rows()).toEqual(["a", "b", "c"]);
   });
 
-  it("flush() runs what is queued at once (as close does before the database goes)", async () => {
-    const group = insertingGroup();
-    const answer = group.submit("a");
-    group.flush();
+  it("close() runs what is queued before the database goes", async () => {
+    const units = insertingGroup();
+    const answer = units.submit("a");
+    await storage.close();
     expect(rows()).toEqual(["a"]);
     expect(await answer).toBe(1);
   });

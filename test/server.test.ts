@@ -76,6 +76,32 @@ describe("sessionstate serve", () => {
   });
 });
 
+describe("one process per SQLite file (SPEC §7)", () => {
+  it("refuses a second serve on a file another live process serves: exit 2, the file, the holder's PID, PostgreSQL", async () => {
+    const dir = tempDir();
+    dirs.push(dir);
+    const db = join(dir.path, "state.db");
+    const first = serveProcess(["--port", "0", "--db", db]);
+    await first.url;
+    const second = serveProcess(["--port", "0", "--db", db]);
+    expect(await second.exited).toBe(2);
+    expect(second.stderr()).toContain(`database "${db}" is already served by another process (PID ${first.child.pid})`);
+    expect(second.stderr()).toContain("postgres://");
+    // The first one is untouched and still serves.
+    const c = clientsFor(await first.url, "grpc");
+    await c.sessions.upsertSession({ session: { sessionKey: "agent:main:main" } });
+
+    // Once the holder is gone, even by kill -9, the lock is free: the OS released it.
+    first.child.kill("SIGKILL");
+    await first.exited;
+    const third = serveProcess(["--port", "0", "--db", db]);
+    const again = clientsFor(await third.url, "grpc");
+    expect((await again.sessions.getSession({ session: { sessionKey: "agent:main:main" } })).session?.sessionKey).toBe("agent:main:main");
+    third.child.kill("SIGTERM");
+    expect(await third.exited).toBe(0);
+  });
+});
+
 describe("pruning schedule", () => {
   const append = (t: Awaited<ReturnType<typeof startTestServer>>) =>
     t.state.appendEvents({

@@ -10,7 +10,7 @@ import { fitWindow, pagingFor, planHistory } from "../src/core/transcript/histor
 import type { StoredMessage } from "../src/core/transcript/model.js";
 import { defaultRedactor } from "../src/core/transcript/redact.js";
 import { derivedTitle, truncateText, viewBytes, renderMessage } from "../src/core/transcript/render.js";
-import { ftsExpression } from "../src/core/sqlite/transcriptStore.js";
+import { ftsExpression } from "../src/core/sqlite/transcriptRows.js";
 import { canSee, effectiveMode, scopeOf, viewerOf, visibilityWarning, type VisibilityMode } from "../src/core/transcript/visibility.js";
 
 const me = { agentId: "main", sessionKey: "agent:main:me" };

@@ -15,7 +15,7 @@ let f: CoreFixture;
 beforeEach(() => {
   f = openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 50_000 });
 });
-afterEach(() => f.dispose());
+afterEach(async () => f.dispose());
 
 async function appendN(key: string, n: number, overrides = {}) {
   const out = [];
@@ -38,7 +38,7 @@ describe("sequences", () => {
     // Prune everything by age, then restart: MAX() would now be empty.
     f.clock.now += 31 * DAY_MS;
     expect((await f.core.pruneSignalLog()).removedEvents).toBe(5);
-    f.reopen();
+    await f.reopen();
     const [next] = await f.core.appendEvents([event(MAIN)]);
     expect(next.sequence).toBeGreaterThan(highest);
   });
@@ -48,7 +48,7 @@ describe("sequences", () => {
     const raw = new Database(f.dbPath);
     raw.prepare("DELETE FROM session_state_events WHERE sequence = ?").run(last.sequence);
     raw.close();
-    f.reopen();
+    await f.reopen();
     const [next] = await f.core.appendEvents([event(MAIN)]);
     expect(next.sequence).toBeGreaterThan(last.sequence);
   });
@@ -60,7 +60,7 @@ describe("heads", () => {
     const [other] = await f.core.appendEvents([event("agent:main:other")]);
     const last = (await appendN(MAIN, 1))[0];
     expect(last.stateVersion).toBe(last.sequence);
-    f.reopen();
+    await f.reopen();
     expect((await f.core.getStatus({ sessionKey: MAIN, agentId: "" })).stateVersion).toBe(last.sequence);
     f.clock.now += 31 * DAY_MS;
     await f.core.pruneSignalLog();
@@ -202,7 +202,7 @@ describe("retention and history gaps", () => {
   });
 
   it("prunes the oldest rows beyond the row limit, across sessions", async () => {
-    f.dispose();
+    await f.dispose();
     f = openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 4 });
     const a = await appendN("agent:main:a", 3);
     const b = await appendN("agent:main:b", 3);
@@ -262,16 +262,16 @@ describe("retention and history gaps", () => {
 });
 
 describe("storage settings", () => {
-  it("runs SQLite in WAL mode with a busy timeout and synchronous=NORMAL", () => {
+  it("runs SQLite in WAL mode with a busy timeout and synchronous=NORMAL", async () => {
     const db = new Database(f.dbPath, { readonly: true });
     expect(db.pragma("journal_mode", { simple: true })).toBe("wal");
     db.close();
     // The store's own connection: reach it through a second open with the same helper.
     const probe = openCore();
-    const raw = (probe.core.store as unknown as { db: Database.Database }).db;
+    const raw = (probe.core.store.storage as unknown as { db: Database.Database }).db;
     expect(raw.pragma("busy_timeout", { simple: true })).toBe(5000);
     expect(raw.pragma("synchronous", { simple: true })).toBe(1);
-    probe.dispose();
+    await probe.dispose();
   });
 });
 

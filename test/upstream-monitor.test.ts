@@ -12,12 +12,11 @@ import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { SessionId } from "../src/core/keys.js";
 import type { Notice } from "../src/core/model.js";
 import { SessionState } from "../src/core/sessionState.js";
-import { openDatabase } from "../src/core/sqlite/database.js";
-import { SqliteStateStore } from "../src/core/sqlite/sqliteStore.js";
+import { openSqliteStorage } from "../src/core/sqlite/database.js";
+import type { SqliteStorage } from "../src/core/sqlite/storage.js";
 import type { CheckReport, HumanTurn, RecentUserMessages, UpstreamLink } from "../src/core/upstream/model.js";
 import { UpstreamMonitor, type LinkRequest } from "../src/core/upstream/monitor.js";
 import { activityDedupeKey, isSelfEcho, normalizeWhitespace } from "../src/core/upstream/rules.js";
-import { SqliteUpstreamStore } from "../src/core/upstream/sqliteUpstreamStore.js";
 import { checkTranscriptLink, decodeMarker, resolveRef } from "../src/upstream/check.js";
 import { tempDir } from "./support/harness.js";
 
@@ -45,16 +44,16 @@ const clock = { now: Date.UTC(2026, 10, 1, 12) };
 
 beforeEach(() => {
   dir = tempDir("upstream-monitor-");
-  db = openDatabase({ path: join(dir.path, "state.db") });
-  const stateStore = new SqliteStateStore(db);
-  core = new SessionState({ store: stateStore, clock: () => clock.now });
+  const storage: SqliteStorage = openSqliteStorage({ path: join(dir.path, "state.db") });
+  db = storage.db;
+  core = new SessionState({ storage, clock: () => clock.now });
   recent = new RecentMessages();
-  monitor = new UpstreamMonitor({ state: core, store: new SqliteUpstreamStore(db, stateStore), recentMessages: recent, localCatalog: true });
+  monitor = new UpstreamMonitor({ state: core, recentMessages: recent, localCatalog: true });
   notices = [];
   core.subscribeNotices({ agentId: "main" }, (n) => notices.push(n));
 });
-afterEach(() => {
-  core.close();
+afterEach(async () => {
+  await core.close();
   dir.remove();
 });
 
@@ -134,7 +133,7 @@ describe("links", () => {
     await expect(monitor.link(linkRequest({ ref: "/etc/passwd" }))).rejects.toThrow(/^ref: .*relative/);
     await expect(monitor.link(linkRequest({ ref: "a/../../x.jsonl" }))).rejects.toThrow(/^ref: .*"\.\."/);
     await expect(monitor.link(linkRequest({ session: { sessionKey: "global", agentId: "" } }))).rejects.toThrow(/session\.agent_id/);
-    const remoteOnly = new UpstreamMonitor({ state: core, store: new SqliteUpstreamStore(db, core.store as SqliteStateStore), localCatalog: false });
+    const remoteOnly = new UpstreamMonitor({ state: core, localCatalog: false });
     await expect(remoteOnly.link(linkRequest({ nodeId: "" }))).rejects.toMatchObject({ kind: "failed_precondition" });
     expect(await events().catch(() => [])).toEqual([]);
   });

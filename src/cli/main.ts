@@ -13,6 +13,7 @@ import { NoticeSubscription } from "../client/noticeSubscription.js";
 import { createLogger } from "../server/logger.js";
 import { startServer } from "../server/server.js";
 import { InsecureBindError } from "../server/auth/exposure.js";
+import { DatabaseInUseError } from "../core/sqlite/processLock.js";
 import { TokenFile } from "../server/auth/tokens.js";
 import { bearerToken } from "../client/bearer.js";
 import { ConfigError, serverConfig, SETTINGS } from "./config.js";
@@ -192,6 +193,6 @@ main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
     process.stderr.write(`sessionstate: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(err instanceof ConfigError || err instanceof InsecureBindError ? 2 : 1);
+    process.exit(err instanceof ConfigError || err instanceof InsecureBindError || err instanceof DatabaseInUseError ? 2 : 1);
   },
 );

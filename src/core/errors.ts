@@ -16,6 +16,11 @@ export class DomainError extends Error {
     message: string,
     /** The request field the error is about, when there is one. */
     readonly field?: string,
+    /**
+     * Set when a storage backend raised it about its own condition (disk full, unreachable),
+     * not about the request: the driver's error code, for the operator's log.
+     */
+    readonly storageCode?: string,
   ) {
     super(message);
     this.name = "DomainError";

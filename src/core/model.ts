@@ -19,11 +19,8 @@ export const EVENT_KINDS = [
 export type EventKind = (typeof EVENT_KINDS)[number];
 
 /** Kinds that raise a watcher's material mark and so can cause a notice (SPEC §2.1). */
-export const NOTIFY_ELIGIBLE: ReadonlySet<EventKind> = new Set([
-  "human_direct_message",
-  "goal_changed",
-  "upstream_missing",
-]);
+export const NOTIFY_KINDS = ["human_direct_message", "goal_changed", "upstream_missing"] as const satisfies readonly EventKind[];
+export const NOTIFY_ELIGIBLE: ReadonlySet<EventKind> = new Set(NOTIFY_KINDS);
 
 export type ActorType = "human" | "agent" | "system";
 export type RunOutcome = "error" | "timeout" | "cancelled";
@@ -79,11 +76,23 @@ export interface ChangesPage {
   historyGap: boolean;
 }
 
-/** A session's durable head: stateVersion and the pruned high-water mark. */
+/** A session's durable head (SPEC §2.2, §3.3). */
 export interface SessionHead {
+  /** The highest sequence in the session's log; never decreases, survives pruning. */
   stateVersion: number;
+  /** The highest sequence of this session that pruning removed (the exact history-gap mark). */
   prunedThrough: number;
+  /** The highest notify-eligible sequence, and the actor that caused it (the fan-out's mark, SPEC §3.2). */
+  materialThrough: number;
+  materialActor: string;
+  /**
+   * The highest notify-eligible sequence caused by any other actor than `materialActor`: what
+   * is material for that actor itself (self-suppression), exactly, without reading the log.
+   */
+  materialOtherThrough: number;
 }
+
+export const EMPTY_HEAD: SessionHead = { stateVersion: 0, prunedThrough: 0, materialThrough: 0, materialActor: "", materialOtherThrough: 0 };
 
 export const SESSION_KINDS = ["main", "group", "cron", "hook", "node", "other"] as const;
 export type SessionKind = (typeof SESSION_KINDS)[number];

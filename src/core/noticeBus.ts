@@ -3,7 +3,7 @@
  * the cursors: a subscriber that misses something here gets it again on re-subscribe.
  */
 import type { Notice } from "./model.js";
-import type { WatcherSelector } from "./store.js";
+import type { WatcherSelector } from "./storage.js";
 import { watcherAgentId } from "./keys.js";
 
 export type NoticeListener = (notice: Notice) => void;

@@ -1,10 +1,30 @@
 /**
- * The one-notice protocol of SPEC §3.2 as pure cursor transitions. A notice is pending
- * exactly when `notified > lastSeen`; its text depends only on the target and `lastSeen`,
- * so it stays byte-identical while pending and is recomputed identically after a restart.
+ * The one-notice protocol of SPEC §3.2.
+ *
+ * A notice is pending exactly when a cursor's `notified > lastSeen`; its text depends only
+ * on the target and `lastSeen`, so it stays byte-identical while pending and is recomputed
+ * identically after a restart, on any replica.
+ *
+ * - A notify-eligible event raises its target's material mark (the head, signalLog.ts). Every
+ *   watcher with no notice pending and a last seen below that mark gets one notice: its
+ *   cursor freezes `notified` at the mark. Watchers that already have one pending cost
+ *   nothing: they are not even read (the idle-cursor index holds only cursors without one).
+ * - Self-suppression: a watcher is never notified about events it caused itself.
+ * - Ack on drain: last seen := notified; material activity that arrived in between (not
+ *   caused by the watcher) opens exactly one follow-up, whose changesSince is the old
+ *   notified position. A retried ack of a notice already drained is refused, so it cannot
+ *   swallow that follow-up.
+ * - Restart: a pending notice is re-frozen at its material mark (the text is unchanged), and
+ *   fan-outs cut short by a stop are finished.
  */
-import { contextKeyFor, isNestedSessionKey } from "./keys.js";
-import type { Notice, WatchCursor } from "./model.js";
+import { contextKeyFor, isNestedSessionKey, watcherAgentId, type SessionId } from "./keys.js";
+import { type Notice, type SessionHead, type WatchCursor } from "./model.js";
+import type { Tx, WatcherSelector } from "./storage.js";
+import type { WriteContext, WatchableStore } from "./watchableStore.js";
+
+/** Idle watchers frozen inside the appending transaction; the rest follow in steps of FANOUT_STEP. */
+export const FANOUT_INLINE = 256;
+export const FANOUT_STEP = 500;
 
 export function isPending(cursor: WatchCursor): boolean {
   return cursor.notified > cursor.lastSeen;
@@ -31,49 +51,156 @@ export function noticeFor(cursor: WatchCursor, watcherIsChild: boolean): Notice 
   };
 }
 
-/** A watcher is a child when it has a parent or its key names a subagent/ACP session. */
+/** A watcher is a child when it has a parent or its key names a subagent/ACP session: woken at its next turn, not at once. */
 export function watcherIsChild(watcherKey: string, hasParent: boolean): boolean {
   return hasParent || isNestedSessionKey(watcherKey);
 }
 
-/**
- * A notify-eligible event at `sequence` that counts for this watcher. The material mark
- * always rises; a notice is queued (notified frozen at the event) only when none is pending.
- * Returns whether a new notice was queued.
- */
-export function onMaterialEvent(cursor: WatchCursor, sequence: number, now: number): boolean {
-  if (sequence <= cursor.lastSeen) return false;
-  cursor.material = Math.max(cursor.material, sequence);
-  cursor.updatedAt = now;
-  if (isPending(cursor)) return false;
-  cursor.notified = cursor.material;
-  return true;
+/** The identity of a notice on one stream: the same watcher, target and text is the same notice. */
+export function noticeIdentity(n: Pick<Notice, "watcherKey" | "targetAgentId" | "targetKey" | "changesSince">): string {
+  return `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}\u0000${n.changesSince}`;
+}
+
+const sessionOfWatcher = (watcherKey: string): SessionId => ({ agentId: watcherAgentId(watcherKey) ?? "", sessionKey: watcherKey });
+
+/** The notices of pending cursors (one batched parent lookup for the wake flag). */
+export async function noticesOf(tx: Tx, cursors: readonly WatchCursor[]): Promise<Notice[]> {
+  if (cursors.length === 0) return [];
+  const withParent = new Set(
+    (await tx.registry.sessionsWithParent(cursors.map((c) => sessionOfWatcher(c.watcherKey)))).map((s) => s.sessionKey),
+  );
+  return cursors.map((c) => noticeFor(c, watcherIsChild(c.watcherKey, withParent.has(c.watcherKey))));
 }
 
 /**
- * The watcher drained the pending notice: last seen := notified. Material activity that
- * arrived in between opens exactly one follow-up (its changesSince is the old notified).
- * Returns whether a follow-up was opened.
+ * The highest material sequence for `watcherKey` after `after` (0 = none): the head's mark,
+ * or — when the watcher caused the newest material event itself — the newest one another
+ * actor caused (self-suppression). Exact and O(1): no log read, unaffected by pruning.
  */
-export function ackNotice(cursor: WatchCursor, now: number): { acked: boolean; reopened: boolean } {
-  if (!isPending(cursor)) return { acked: false, reopened: false };
+export function materialFor(head: SessionHead, watcherKey: string, after: number): number {
+  const mark = watcherKey === head.materialActor ? head.materialOtherThrough : head.materialThrough;
+  return mark > after ? mark : 0;
+}
+
+/**
+ * Freezes the idle cursors of `target` that are behind its material mark, at most `limit`
+ * of them after `afterWatcher`, and queues their notices. Returns the watcher key to go on
+ * after, or undefined when the target's idle cursors are all done.
+ */
+export async function freezeIdleWatchers(ctx: WriteContext, target: SessionId, afterWatcher: string, limit: number): Promise<string | undefined> {
+  const head = await ctx.tx.log.head(target);
+  if (!head || head.materialThrough === 0) return undefined;
+  const idle = await ctx.tx.cursors.idleCursorsOnTarget(target, afterWatcher, limit);
+  const frozen: WatchCursor[] = [];
+  for (const cursor of idle) {
+    if (cursor.lastSeen >= head.materialThrough) continue;
+    // Self-suppression: an event the watcher caused itself is not material for it.
+    const mark = materialFor(head, cursor.watcherKey, cursor.lastSeen);
+    if (mark <= cursor.lastSeen) continue;
+    cursor.notified = mark;
+    cursor.material = Math.max(cursor.material, mark);
+    cursor.updatedAt = ctx.now;
+    await ctx.tx.cursors.saveCursor(cursor);
+    frozen.push(cursor);
+  }
+  ctx.queue(await noticesOf(ctx.tx, frozen));
+  return idle.length === limit ? idle[idle.length - 1].watcherKey : undefined;
+}
+
+/** After a notify-eligible append: the first FANOUT_INLINE idle watchers now, the rest after commit. */
+export async function fanOutMaterialEvent(ctx: WriteContext, target: SessionId): Promise<void> {
+  const resume = await freezeIdleWatchers(ctx, target, "", FANOUT_INLINE);
+  if (resume !== undefined) ctx.continueFanOut(target, resume);
+}
+
+/** Registers the fan-out continuation with the store (one step per short transaction). */
+export function installFanOut(store: WatchableStore): void {
+  store.setFanOutStep((ctx, target, after) => freezeIdleWatchers(ctx, target, after, FANOUT_STEP));
+}
+
+export interface AckInput {
+  target: SessionId;
+  /** 0 = ack whatever is pending. */
+  notifiedSequence: number;
+}
+
+export interface AckOutcome {
+  target: SessionId;
+  acked: boolean;
+  lastSeen: number;
+  reopened?: Notice;
+}
+
+/** The watcher drained the notice on `target` (SPEC §3.2 "Ack on drain, reopen only for intervening activity"). */
+export async function ackNotice(ctx: WriteContext, watcherKey: string, ack: AckInput): Promise<AckOutcome> {
+  const cursor = await ctx.tx.cursors.cursor(watcherKey, ack.target);
+  if (!cursor) return { target: ack.target, acked: false, lastSeen: 0 };
+  if (!isPending(cursor)) return { target: ack.target, acked: false, lastSeen: cursor.lastSeen };
+  // A retried ack of a notice already drained must not swallow its follow-up.
+  if (ack.notifiedSequence !== 0 && ack.notifiedSequence <= cursor.lastSeen) {
+    return { target: ack.target, acked: false, lastSeen: cursor.lastSeen };
+  }
   cursor.lastSeen = cursor.notified;
-  cursor.updatedAt = now;
-  if (cursor.material > cursor.notified) {
-    cursor.notified = cursor.material;
-    return { acked: true, reopened: true };
+  cursor.updatedAt = ctx.now;
+  const head = await ctx.tx.log.head(ack.target);
+  const intervening = head ? materialFor(head, watcherKey, cursor.notified) : 0;
+  let reopened: Notice | undefined;
+  if (intervening > cursor.notified) {
+    cursor.notified = intervening;
+    cursor.material = Math.max(cursor.material, intervening);
+    [reopened] = await noticesOf(ctx.tx, [cursor]);
+    ctx.queue([reopened]);
   }
-  return { acked: true, reopened: false };
+  await ctx.tx.cursors.saveCursor(cursor);
+  return { target: ack.target, acked: true, lastSeen: cursor.lastSeen, reopened };
 }
 
 /**
- * Start-up recovery: a cursor whose material mark is ahead of last seen has a pending
- * notice, even when it was not frozen before the stop. Returns whether the cursor changed.
+ * The cursors as a reader should see them: a pending cursor's material mark is raised by
+ * later activity only when it is acked (it is not rewritten on every event), so listings
+ * compute it from the target's head.
  */
-export function recoverPending(cursor: WatchCursor): boolean {
-  if (cursor.material > cursor.lastSeen && !isPending(cursor)) {
-    cursor.notified = cursor.material;
-    return true;
+export async function withMaterialMarks(tx: Tx, cursors: readonly WatchCursor[]): Promise<WatchCursor[]> {
+  const heads = new Map<string, SessionHead | undefined>();
+  const out: WatchCursor[] = [];
+  for (const cursor of cursors) {
+    if (!isPending(cursor)) {
+      out.push(cursor);
+      continue;
+    }
+    const target = { agentId: cursor.targetAgentId, sessionKey: cursor.targetKey };
+    const id = `${target.agentId}\u0000${target.sessionKey}`;
+    if (!heads.has(id)) heads.set(id, await tx.log.head(target));
+    const head = heads.get(id);
+    const mark = head ? materialFor(head, cursor.watcherKey, cursor.notified) : 0;
+    out.push(mark > cursor.material ? { ...cursor, material: mark } : cursor);
   }
-  return false;
+  return out;
+}
+
+/** Every pending notice of the selected watchers, as stored (the replay on (re)subscribe). */
+export async function pendingNotices(tx: Tx, selector: WatcherSelector): Promise<Notice[]> {
+  return noticesOf(tx, await tx.cursors.pendingCursors(selector));
+}
+
+/**
+ * Start-up (SPEC §3.1): each pending notice is re-frozen at its cursor's material mark, so
+ * the ack opens no follow-up for activity that arrived before the restart (the text stays
+ * the same: it depends only on last seen). Returns how many cursors moved.
+ */
+export async function refreezePendingPage(ctx: WriteContext, after: WatchCursor | undefined, limit: number): Promise<{ moved: number; last?: WatchCursor }> {
+  const page = await ctx.tx.cursors.pendingCursorsPage({ after, limit });
+  let moved = 0;
+  for (const cursor of page) {
+    const target = { agentId: cursor.targetAgentId, sessionKey: cursor.targetKey };
+    const head = await ctx.tx.log.head(target);
+    const mark = head ? materialFor(head, cursor.watcherKey, cursor.notified) : 0;
+    if (mark > cursor.notified) {
+      cursor.notified = mark;
+      cursor.material = Math.max(cursor.material, mark);
+      await ctx.tx.cursors.saveCursor(cursor);
+      moved++;
+    }
+  }
+  return { moved, last: page.length === limit ? page[page.length - 1] : undefined };
 }

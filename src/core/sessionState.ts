@@ -1,7 +1,9 @@
 /**
- * The domain entry point: validates inputs against the rules of the SPEC, reads the service
- * clock, runs the store's units of work and publishes queued notices. Transport-free; the
- * Connect handlers and the CLI both sit on top of it.
+ * The domain entry point of the signal log, the registry and the watches: validates each
+ * request against the SPEC, then runs the unit of work of the module that owns the rule
+ * (signalLog.ts, registry.ts, cursors.ts, noticeProtocol.ts) through the watchable store,
+ * which publishes the notices after commit. Transport-free; the Connect handlers and the
+ * CLI both sit on top of it.
  */
 import { invalidArgument, notFound } from "./errors.js";
 import {
@@ -27,11 +29,38 @@ import type {
   SessionRecord,
   WatchCursor,
 } from "./model.js";
-import { NoticeBus, type NoticeListener } from "./noticeBus.js";
+import type { NoticeListener } from "./noticeBus.js";
+import { DEFAULT_MAX_WATCHERS_PER_TARGET, expireIdleCursors, unwatch, watchAtHead, watchRefusal } from "./cursors.js";
+import type { CoreMetrics } from "./metrics.js";
+import {
+  ackNotice,
+  installFanOut,
+  noticesOf,
+  pendingNotices,
+  refreezePendingPage,
+  withMaterialMarks,
+  type AckOutcome,
+} from "./noticeProtocol.js";
+import { deleteSession, resetSession, spawnSession, upsertSession, type SpawnOutcome } from "./registry.js";
 import { ServiceClock } from "./serviceClock.js";
-import { clampOccurredAt, DAY_MS } from "./signalLog.js";
-import type { AckOutcome, PruneReport, RetentionPolicy, SpawnOutcome, StateStore, WatcherSelector } from "./store.js";
+import {
+  appendEvent,
+  clampOccurredAt,
+  DAY_MS,
+  PRUNE_BATCH,
+  pruneBatch,
+  readChanges,
+  rowCutoffFor,
+  type PruneReport,
+  type RetentionPolicy,
+} from "./signalLog.js";
+import type { CursorPage, Storage, WatcherSelector } from "./storage.js";
 import { checkCount, checkRange, checkSummary, checkText, checkToken } from "./validation.js";
+import { WatchableStore } from "./watchableStore.js";
+
+export type { AckOutcome } from "./noticeProtocol.js";
+export type { SpawnOutcome } from "./registry.js";
+export type { PruneReport, RetentionPolicy } from "./signalLog.js";
 
 export const MAX_BATCH_EVENTS = 500;
 export const MAX_STATUS_LIMIT = 200;
@@ -39,6 +68,8 @@ export const MAX_PRODUCER_WATCHERS = 64;
 export const MAX_STREAM_WATCHERS = 1000;
 export const MAX_ACKS = 1000;
 export const MAX_LIST_LIMIT = 500;
+/** Cursors one ListWatchCursors page holds at most. */
+export const MAX_LISTED_CURSORS = 1000;
 export const DEFAULT_LIST_LIMIT = 100;
 
 export const DEFAULT_RETENTION: RetentionPolicy = { maxAgeMs: 30 * DAY_MS, maxRows: 50_000 };
@@ -92,7 +123,7 @@ export type WatchResult =
   | { watched: false; reason: string };
 
 export interface SessionStateOptions {
-  store: StateStore;
+  storage: Storage;
   /** The wall clock (ms since the epoch). Injected so tests can move it. */
   clock?: () => number;
   /**
@@ -102,27 +133,43 @@ export interface SessionStateOptions {
    */
   monotonic?: () => number;
   retention?: RetentionPolicy;
+  /** Most cursors one target may have (SPEC §3.1 explicit watches); default 10,000. */
+  maxWatchersPerTarget?: number;
+  metrics?: CoreMetrics;
+  /** Where background failures (a fan-out step) are reported. */
+  onBackgroundError?: (err: unknown) => void;
 }
 
+/** Pending cursors re-frozen per transaction at start-up. */
+const RECOVERY_PAGE = 1000;
+
 export class SessionState {
-  readonly store: StateStore;
-  readonly notices = new NoticeBus();
+  /** Every unit of work goes through it; it publishes notices after commit. */
+  readonly store: WatchableStore;
   readonly retention: RetentionPolicy;
+  readonly maxWatchersPerTarget: number;
   private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
 
   constructor(options: SessionStateOptions) {
-    this.store = options.store;
     this.serviceClock = new ServiceClock(
       options.clock ?? Date.now,
       options.monotonic ?? (options.clock ? undefined : () => performance.now()),
     );
     this.clock = () => this.serviceClock.now();
+    this.store = new WatchableStore(options.storage, this.clock, options.metrics, options.onBackgroundError);
+    installFanOut(this.store);
     this.retention = options.retention ?? DEFAULT_RETENTION;
+    this.maxWatchersPerTarget = options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET;
   }
 
   now(): number {
     return this.clock();
+  }
+
+  /** This process's live notice subscribers. */
+  get notices() {
+    return this.store.bus;
   }
 
   // ---- Signal log -------------------------------------------------------------------------
@@ -132,9 +179,14 @@ export class SessionState {
     const now = this.clock();
     // Validate the whole batch first: a rejected request writes nothing.
     const drafts = inputs.map((input, i) => this.draftOf(input, `events[${i}]`, now));
-    const { outcomes, notices } = await this.store.appendEvents(drafts, now);
-    this.notices.publish(notices);
-    return outcomes;
+    return this.store.write(
+      async (ctx) => {
+        const outcomes: AppendOutcome[] = [];
+        for (const draft of drafts) outcomes.push(await appendEvent(ctx, draft));
+        return outcomes;
+      },
+      { lock: drafts.map((d) => d.session), group: true },
+    );
   }
 
   private draftOf(input: AppendEventInput, field: string, now: number): EventDraft {
@@ -175,19 +227,37 @@ export class SessionState {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     if (changesSince !== undefined) checkRange("changes_since", changesSince, 0, Number.MAX_SAFE_INTEGER);
     const pageSize = limit === undefined ? MAX_STATUS_LIMIT : checkRange("limit", limit, 1, MAX_STATUS_LIMIT);
-    const record = await this.store.getSession(session);
-    if (changesSince === undefined) {
-      const head = await this.store.readHead(session);
-      if (!head && !record) throw unknownSession(session);
-      return { stateVersion: head?.stateVersion ?? 0, session: record };
-    }
-    const { head, page } = await this.store.readChanges(session, changesSince, pageSize);
-    if (head.stateVersion === 0 && !record) throw unknownSession(session);
-    return { stateVersion: head.stateVersion, changes: page, session: record };
+    return this.store.read(async (tx) => {
+      const record = await tx.registry.session(session);
+      if (changesSince === undefined) {
+        const head = await tx.log.head(session);
+        if (!head && !record) throw unknownSession(session);
+        return { stateVersion: head?.stateVersion ?? 0, session: record };
+      }
+      const { head, page } = await readChanges(tx, session, changesSince, pageSize);
+      if (head.stateVersion === 0 && !record) throw unknownSession(session);
+      return { stateVersion: head.stateVersion, changes: page, session: record };
+    });
   }
 
+  /**
+   * Retention (SPEC §3.4): events past the age or row limit go in short batches, each
+   * session's pruned mark raised first; then idle cursors expire.
+   */
   async pruneSignalLog(): Promise<PruneReport> {
-    return this.store.pruneSignalLog(this.retention, this.serviceClock.ageNow());
+    const now = this.serviceClock.ageNow();
+    const ageCutoff = now - this.retention.maxAgeMs;
+    const report: PruneReport = { removedEvents: 0, removedCursors: 0, sessionsMarked: 0 };
+    const rowCutoff = await this.store.read((tx) => rowCutoffFor(tx, this.retention));
+    for (;;) {
+      const doomed = await this.store.read(async (tx) => tx.log.expiredEvents(rowCutoff, ageCutoff, PRUNE_BATCH));
+      if (doomed.length === 0) break;
+      report.sessionsMarked += await this.store.write((ctx) => pruneBatch(ctx, doomed), { lock: doomed.map((e) => e.session) });
+      report.removedEvents += doomed.length;
+      if (doomed.length < PRUNE_BATCH) break;
+    }
+    report.removedCursors = await this.store.write((ctx) => expireIdleCursors(ctx, ageCutoff));
+    return report;
   }
 
   // ---- Session registry ----------------------------------------------------------------------
@@ -195,24 +265,30 @@ export class SessionState {
   async upsertSession(ref: { sessionKey: string; agentId: string }, patch: SessionPatch) {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     checkPatch(patch);
-    return this.store.upsertSession(session, patch, this.clock());
+    return this.store.write((ctx) => upsertSession(ctx, session, patch), { lock: [session] });
+  }
+
+  /** The registered session, or undefined. */
+  async findSession(session: SessionId): Promise<SessionRecord | undefined> {
+    return this.store.read(async (tx) => tx.registry.session(session));
   }
 
   async getSession(ref: { sessionKey: string; agentId: string }): Promise<SessionRecord> {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
-    const record = await this.store.getSession(session);
+    const record = await this.findSession(session);
     if (!record) throw unknownSession(session);
     return record;
   }
 
-  async listSessions(request: ListRequest) {
+  async listSessions(request: ListRequest): Promise<{ sessions: SessionRecord[]; truncated: boolean }> {
     if (request.agentId !== "") checkAgentId("agent_id", request.agentId);
     checkText("label", request.label, 256);
     checkText("search", request.search, 256);
     checkRange("active_minutes", request.activeMinutes, 0, 525_600);
     const limit = request.limit === 0 ? DEFAULT_LIST_LIMIT : checkRange("limit", request.limit, 1, MAX_LIST_LIMIT);
     const updatedSince = request.activeMinutes > 0 ? this.clock() - request.activeMinutes * 60_000 : 0;
-    return this.store.listSessions({ ...request, limit, updatedSince });
+    const rows = await this.store.read(async (tx) => tx.registry.listSessions({ ...request, limit: limit + 1, updatedSince }));
+    return { sessions: rows.slice(0, limit), truncated: rows.length > limit };
   }
 
   async spawnSession(request: SpawnRequest): Promise<SpawnOutcome> {
@@ -227,8 +303,7 @@ export class SessionState {
     checkToken("run_id", request.runId, 128);
     checkToken("channel", request.channel, 64);
     checkToken("dedupe_key", request.dedupeKey, 256);
-    return this.store.spawnSession(
-      {
+    const input = {
         parent,
         child,
         kind: request.kind,
@@ -237,17 +312,25 @@ export class SessionState {
         channel: request.channel,
         runId: request.runId,
         dedupeKey: request.dedupeKey === "" ? undefined : request.dedupeKey,
-      },
-      this.clock(),
-    );
+      };
+    return this.store.write((ctx) => spawnSession(ctx, input), { lock: [child] });
   }
 
   async resetSession(ref: { sessionKey: string; agentId: string }) {
-    return this.store.resetSession(resolveSession("session", ref.sessionKey, ref.agentId), this.clock());
+    const session = resolveSession("session", ref.sessionKey, ref.agentId);
+    return this.store.write(async (ctx) => {
+      // The reset drops the session's cursors as a watcher: lock their targets first.
+      await ctx.tx.lock([session, ...(await ctx.tx.cursors.targetsOfWatcher(session.sessionKey))]);
+      return resetSession(ctx, session);
+    });
   }
 
   async deleteSession(ref: { sessionKey: string; agentId: string }) {
-    return this.store.deleteSession(resolveSession("session", ref.sessionKey, ref.agentId));
+    const session = resolveSession("session", ref.sessionKey, ref.agentId);
+    return this.store.write(async (ctx) => {
+      await ctx.tx.lock([session, ...(await ctx.tx.cursors.targetsOfWatcher(session.sessionKey))]);
+      return deleteSession(ctx, session);
+    });
   }
 
   // ---- Watches and notices ---------------------------------------------------------------------
@@ -256,26 +339,30 @@ export class SessionState {
   async watch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<WatchResult> {
     checkSessionKey("watcher_session_key", watcherKey);
     const targetId = resolveSession("target", target.sessionKey, target.agentId);
-    if (watcherAgentId(watcherKey) === undefined) {
-      return { watched: false, reason: `watcher "${watcherKey}" is not an agent-qualified session key; it gets the log and changesSince but no notices` };
-    }
-    if (watcherKey === targetId.sessionKey && watcherAgentId(watcherKey) === targetId.agentId) {
-      return { watched: false, reason: "a session cannot watch itself" };
-    }
-    const { cursor, created } = await this.store.watch(watcherKey, targetId, this.clock());
+    const refusal = watchRefusal(watcherKey, targetId);
+    if (refusal !== undefined) return { watched: false, reason: refusal };
+    const { cursor, created } = await this.store.write((ctx) => watchAtHead(ctx, watcherKey, targetId, this.maxWatchersPerTarget), {
+      lock: [targetId],
+    });
     return { watched: true, cursor, created };
   }
 
   async unwatch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<boolean> {
     checkSessionKey("watcher_session_key", watcherKey);
-    return this.store.unwatch(watcherKey, resolveSession("target", target.sessionKey, target.agentId));
+    const targetId = resolveSession("target", target.sessionKey, target.agentId);
+    return this.store.write((ctx) => unwatch(ctx, watcherKey, targetId), { lock: [targetId] });
   }
 
-  async listCursors(selector: { watcherKey: string } | { target: { sessionKey: string; agentId: string } }) {
+  async listCursors(
+    selector: { watcherKey: string } | { target: { sessionKey: string; agentId: string } },
+    page: CursorPage = { limit: MAX_LISTED_CURSORS },
+  ): Promise<WatchCursor[]> {
     if ("watcherKey" in selector) {
-      return this.store.cursorsOfWatcher(checkSessionKey("watcher_session_key", selector.watcherKey));
+      const watcherKey = checkSessionKey("watcher_session_key", selector.watcherKey);
+      return this.store.read(async (tx) => withMaterialMarks(tx, await tx.cursors.cursorsOfWatcher(watcherKey, page)));
     }
-    return this.store.cursorsOnTarget(resolveSession("target", selector.target.sessionKey, selector.target.agentId));
+    const target = resolveSession("target", selector.target.sessionKey, selector.target.agentId);
+    return this.store.read(async (tx) => withMaterialMarks(tx, await tx.cursors.cursorsOnTarget(target, page)));
   }
 
   checkWatcherSelector(selector: { agentId: string; watcherKeys: string[] }): WatcherSelector {
@@ -294,11 +381,11 @@ export class SessionState {
   }
 
   async pendingNotices(selector: WatcherSelector): Promise<Notice[]> {
-    return this.store.pendingNotices(selector);
+    return this.store.read((tx) => pendingNotices(tx, selector));
   }
 
   subscribeNotices(selector: WatcherSelector, listener: NoticeListener): () => void {
-    return this.notices.subscribe(selector, listener);
+    return this.store.bus.subscribe(selector, listener);
   }
 
   async ackNotices(watcherKey: string, acks: NoticeAckRequest[]): Promise<AckOutcome[]> {
@@ -324,18 +411,43 @@ export class SessionState {
       checkRange(`${field}.notified_sequence`, ack.notifiedSequence, 0, Number.MAX_SAFE_INTEGER);
       return { target, notifiedSequence: ack.notifiedSequence };
     });
-    const outcomes = await this.store.ackNotices(watcherKey, inputs, this.clock());
-    this.notices.publish(outcomes.flatMap((o) => (o.reopened ? [o.reopened] : [])));
-    return outcomes;
+    return this.store.write(
+      async (ctx) => {
+        const outcomes: AckOutcome[] = [];
+        for (const ack of inputs) outcomes.push(await ackNotice(ctx, watcherKey, ack));
+        return outcomes;
+      },
+      { lock: inputs.map((a) => a.target) },
+    );
   }
 
-  /** Start-up: recreate pending notices from the durable cursors (SPEC §3.2 restart recovery). */
-  async recoverPendingNotices() {
-    return this.store.recoverPendingNotices();
+  /**
+   * Start-up (SPEC §3.1, §3.2 restart recovery): re-freeze pending notices at their material
+   * marks, then finish the fan-outs a stop cut short. Pending notices themselves are durable
+   * in the cursors; subscribers get them again when they (re)subscribe.
+   */
+  async recoverPendingNotices(): Promise<{ recovered: number; pending: number }> {
+    let recovered = 0;
+    let after: WatchCursor | undefined;
+    do {
+      const page = await this.store.write((ctx) => refreezePendingPage(ctx, after, RECOVERY_PAGE));
+      recovered += page.moved;
+      after = page.last;
+    } while (after);
+    const behind = await this.store.read(async (tx) => tx.cursors.targetsBehindMaterial());
+    for (const target of behind) this.store.scheduleFanOut(target, "");
+    await this.store.settled();
+    const pending = await this.store.read(async (tx) => tx.cursors.countPending());
+    return { recovered, pending };
   }
 
-  close(): void {
-    this.store.close();
+  /** The notices of the given cursors as they stand (for listings). */
+  async noticesOf(cursors: WatchCursor[]): Promise<Notice[]> {
+    return this.store.read((tx) => noticesOf(tx, cursors));
+  }
+
+  async close(): Promise<void> {
+    await this.store.close();
   }
 }
 

@@ -11,14 +11,15 @@ import type { ListRequest, SessionState, StatusResult } from "./sessionState.js"
 import type { GroupCatalog } from "./settings/groups.js";
 import { checkGroupList, checkGroupName } from "./settings/groups.js";
 import type { ModelChooser, ModelFailure, RunResult } from "./settings/modelRevert.js";
-import type { RunReportOutcome, SettingsPatch, SettingsStore } from "./settings/store.js";
+import { SessionSettings, type RunReportOutcome, type SettingsPatch } from "./settings/sessionSettings.js";
 import { checkMessage, draftOf, type MessageRequest } from "./transcript/draft.js";
 import { fitWindow, pagingFor, planHistory, type FittedWindow, type HistoryPaging, type HistoryRequest } from "./transcript/history.js";
 import type { AppendReport, MessageView, TranscriptRef } from "./transcript/model.js";
 import { defaultRedactor, type Redactor } from "./transcript/redact.js";
 import { derivedTitle, HISTORY_BLOCK_CHARS, PREVIEW_BLOCK_CHARS, renderMessage, type RenderOptions } from "./transcript/render.js";
 import { boundSnippet, checkQuery, searchLimit } from "./transcript/search.js";
-import type { SearchHitRecord, TranscriptStore } from "./transcript/store.js";
+import type { SearchHitRecord } from "./transcript/queries.js";
+import { Transcripts } from "./transcript/transcripts.js";
 import {
   canSee,
   notVisible,
@@ -115,22 +116,20 @@ export interface RunResultRequest {
 
 export interface SessionToolsOptions {
   state: SessionState;
-  transcripts: TranscriptStore;
-  settings: SettingsStore;
   /** Credential redaction for every returned text; default: the built-in rules. */
   redactor?: Redactor;
 }
 
 export class SessionTools {
   readonly state: SessionState;
-  readonly transcripts: TranscriptStore;
-  readonly settings: SettingsStore;
+  readonly transcripts: Transcripts;
+  readonly settings: SessionSettings;
   readonly redactor: Redactor;
 
   constructor(options: SessionToolsOptions) {
     this.state = options.state;
-    this.transcripts = options.transcripts;
-    this.settings = options.settings;
+    this.transcripts = new Transcripts(options.state.store);
+    this.settings = new SessionSettings(options.state.store);
     this.redactor = options.redactor ?? defaultRedactor;
   }
 
@@ -170,7 +169,7 @@ export class SessionTools {
     if (byKey) {
       const session = resolveSession("session", target.session!.sessionKey, target.session!.agentId);
       await this.checkVisible(viewer, session);
-      const record = await this.state.store.getSession(session);
+      const record = await this.state.findSession(session);
       if (!record) throw notFound(`session "${session.sessionKey}" (agent ${session.agentId}) is not registered`);
       return { session, sessionId: record.sessionId, current: true };
     }
@@ -189,7 +188,7 @@ export class SessionTools {
     const now = this.state.now();
     // Validate the whole batch first: a rejected request writes nothing.
     const drafts = messages.map((m, i) => draftOf(checkMessage(`messages[${i}]`, m, now), this.redactor));
-    return this.transcripts.appendMessages(session, sessionId === "" ? undefined : sessionId, drafts, now);
+    return this.transcripts.appendMessages(session, sessionId === "" ? undefined : sessionId, drafts);
   }
 
   async getHistory(requester: RequesterRequest | undefined, target: TargetRequest, request: HistoryRequest): Promise<HistoryResult> {
@@ -264,7 +263,7 @@ export class SessionTools {
   async getSession(requester: RequesterRequest | undefined, target: TargetRequest): Promise<SessionRecord> {
     const viewer = this.viewer(requester);
     const transcript = await this.resolveTarget(viewer, target);
-    const record = await this.state.store.getSession(transcript.session);
+    const record = await this.state.findSession(transcript.session);
     if (!record) throw notFound(`session "${transcript.session.sessionKey}" (agent ${transcript.session.agentId}) is not registered`);
     return record;
   }
@@ -283,7 +282,7 @@ export class SessionTools {
     const viewer = this.viewer(requester);
     const transcript = await this.resolveTarget(viewer, target);
     const chooser = request.chooser ?? (viewer.kind === "operator" ? "human" : "agent");
-    const { session, selection } = await this.settings.patchSession(transcript.session, patch, chooser, this.state.now());
+    const { session, selection } = await this.settings.patchSession(transcript.session, patch, chooser);
     return { session, modelRevertible: selection !== undefined, revertModel: selection?.previousModel ?? "" };
   }
 
@@ -299,7 +298,7 @@ export class SessionTools {
       if (request.failure !== undefined) throw invalidArgument("failure", "is only allowed when outcome is FAILED");
       result = { outcome: "succeeded" };
     }
-    return this.settings.reportRunResult(session, { runId: request.runId, model: request.model, result }, this.state.now());
+    return this.settings.reportRunResult(session, { runId: request.runId, model: request.model, result });
   }
 
   // ---- Group catalog --------------------------------------------------------------------------------
@@ -311,20 +310,20 @@ export class SessionTools {
 
   async setGroups(requester: RequesterRequest | undefined, groups: string[], expectedVersion?: number): Promise<GroupCatalog> {
     this.checkMayEditCatalog(requester);
-    return this.settings.setGroups(checkGroupList(groups), checkVersion(expectedVersion), this.state.now());
+    return this.settings.setGroups(checkGroupList(groups), checkVersion(expectedVersion));
   }
 
   async renameGroup(requester: RequesterRequest | undefined, name: string, newName: string, expectedVersion?: number): Promise<GroupCatalog> {
     this.checkMayEditCatalog(requester);
     checkGroupName("name", name);
     checkGroupName("new_name", newName);
-    return this.settings.renameGroup(name, newName, checkVersion(expectedVersion), this.state.now());
+    return this.settings.renameGroup(name, newName, checkVersion(expectedVersion));
   }
 
   async deleteGroup(requester: RequesterRequest | undefined, name: string, expectedVersion?: number): Promise<GroupCatalog> {
     this.checkMayEditCatalog(requester);
     checkGroupName("name", name);
-    return this.settings.deleteGroup(name, checkVersion(expectedVersion), this.state.now());
+    return this.settings.deleteGroup(name, checkVersion(expectedVersion));
   }
 
   /** The catalog is global: a sandboxed requester, limited to its own tree, may read it but not change it. */

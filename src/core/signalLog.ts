@@ -1,8 +1,12 @@
 /**
- * Rules of the signal log (SPEC §2, §3.3) as pure functions, so every store backend applies
- * them the same way.
+ * The signal log (SPEC §2, §3.3, §3.4): how an event is appended, how the delta is read, and
+ * what retention removes. Every backend runs these same rules against its rows.
  */
-import type { EventDraft } from "./model.js";
+import type { SessionId } from "./keys.js";
+import { EMPTY_HEAD, NOTIFY_ELIGIBLE, type AppendOutcome, type ChangesPage, type EventDraft, type SessionHead } from "./model.js";
+import { fanOutMaterialEvent } from "./noticeProtocol.js";
+import type { EventPlace, Tx } from "./storage.js";
+import type { WriteContext } from "./watchableStore.js";
 
 export const DAY_MS = 24 * 60 * 60 * 1000;
 
@@ -16,14 +20,14 @@ export function clampOccurredAt(occurredAt: number | undefined, now: number): nu
  * A direct human turn is recorded only when somebody could care: the session has a parent,
  * or it is watched (by a cursor or by a watcher the producer names).
  */
-export function humanTurnGate(
+export async function humanTurnGate(
   draft: EventDraft,
-  hasParent: () => boolean,
-  hasCursorWatchers: () => boolean,
-): { record: true } | { record: false; reason: string } {
+  hasParent: () => Promise<boolean>,
+  hasCursorWatchers: () => Promise<boolean>,
+): Promise<{ record: true } | { record: false; reason: string }> {
   // The lookups are thunks: most appends are not human turns and need neither.
   if (draft.kind !== "human_direct_message") return { record: true };
-  if (draft.watcherKeys.length > 0 || hasParent() || hasCursorWatchers()) return { record: true };
+  if (draft.watcherKeys.length > 0 || (await hasParent()) || (await hasCursorWatchers())) return { record: true };
   return { record: false, reason: "human_direct_message on a session with no parent and no watcher" };
 }
 
@@ -34,4 +38,108 @@ export function humanTurnGate(
  */
 export function historyGapFor(changesSince: number, prunedThrough: number, stateVersion: number): boolean {
   return changesSince < prunedThrough || changesSince > stateVersion;
+}
+
+/**
+ * Appends one event inside the caller's transaction (the session is locked by the caller):
+ * dedupe, the human-turn gate, the insert, the head, and — for a notify-eligible kind — the
+ * material mark and the fan-out to the target's watchers.
+ */
+export async function appendEvent(ctx: WriteContext, draft: EventDraft): Promise<AppendOutcome> {
+  const { tx, now } = ctx;
+  const head = await tx.log.head(draft.session);
+  // Dedupe: the same key returns the existing event and changes nothing (SPEC §2.1).
+  if (draft.dedupeKey !== undefined) {
+    const earlier = await tx.log.eventByDedupe(draft.session, draft.dedupeKey);
+    if (earlier) {
+      return { sequence: earlier.sequence, stateVersion: head?.stateVersion ?? earlier.sequence, duplicate: true, recorded: true, reason: "" };
+    }
+  }
+  const gate = await humanTurnGate(
+    draft,
+    async () => ((await tx.registry.sessionFields(draft.session))?.parentKey ?? "") !== "",
+    async () => tx.cursors.hasCursorOnTarget(draft.session),
+  );
+  if (!gate.record) {
+    return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: gate.reason };
+  }
+  const sequence = await tx.log.insertEvent(draft, now);
+  const next: SessionHead = { ...(head ?? EMPTY_HEAD), stateVersion: Math.max(head?.stateVersion ?? 0, sequence) };
+  const material = NOTIFY_ELIGIBLE.has(draft.kind);
+  if (material) {
+    // The previous mark becomes the "other actor" mark when the actor changes (SPEC §3.2 self-suppression).
+    if (draft.actorId !== next.materialActor) next.materialOtherThrough = next.materialThrough;
+    next.materialThrough = sequence;
+    next.materialActor = draft.actorId;
+  }
+  await tx.log.putHead(draft.session, next);
+  if (material) await fanOutMaterialEvent(ctx, draft.session);
+  return { sequence, stateVersion: next.stateVersion, duplicate: false, recorded: true, reason: "" };
+}
+
+/** The delta after `changesSince` (at most `limit`, oldest first) with its head; never moves a cursor. */
+export async function readChanges(tx: Tx, session: SessionId, changesSince: number, limit: number): Promise<{ head: SessionHead; page: ChangesPage }> {
+  const head = (await tx.log.head(session)) ?? EMPTY_HEAD;
+  const rows = await tx.log.eventsAfter(session, changesSince, limit + 1);
+  const earliest = await tx.log.earliestSequence(session);
+  return {
+    head,
+    page: {
+      events: rows.slice(0, limit),
+      truncated: rows.length > limit,
+      earliestAvailableSequence: earliest,
+      historyGap: historyGapFor(changesSince, head.prunedThrough, head.stateVersion),
+    },
+  };
+}
+
+export interface RetentionPolicy {
+  /** Events and idle cursors older than this are pruned. */
+  maxAgeMs: number;
+  /** At most this many events are kept in the whole log (oldest go first). */
+  maxRows: number;
+}
+
+export interface PruneReport {
+  removedEvents: number;
+  removedCursors: number;
+  sessionsMarked: number;
+}
+
+/** Rows deleted per pruning transaction, so pruning never holds the write lock for long. */
+export const PRUNE_BATCH = 2000;
+
+/** Sequences below this go whatever their age: the oldest of the newest maxRows stays. */
+export async function rowCutoffFor(tx: Tx, policy: RetentionPolicy): Promise<number> {
+  const total = await tx.log.countEvents();
+  if (total <= policy.maxRows) return 0;
+  return (await tx.log.nthNewestSequence(policy.maxRows - 1)) ?? 0;
+}
+
+/** The expired events of one batch, grouped by session, each with its highest sequence. */
+export function groupBySession(doomed: readonly EventPlace[]): { session: SessionId; highest: number }[] {
+  const bySession = new Map<string, { session: SessionId; highest: number }>();
+  for (const e of doomed) {
+    const id = `${e.session.agentId}\u0000${e.session.sessionKey}`;
+    const seen = bySession.get(id);
+    if (!seen) bySession.set(id, { session: e.session, highest: e.sequence });
+    else if (seen.highest < e.sequence) seen.highest = e.sequence;
+  }
+  return [...bySession.values()];
+}
+
+/**
+ * One pruning batch (the caller has locked the sessions of `doomed`): each session's pruned
+ * high-water mark is raised before its rows go, in the same transaction, so the gap signal
+ * stays exact. Returns the sessions marked.
+ */
+export async function pruneBatch(ctx: WriteContext, doomed: readonly EventPlace[]): Promise<number> {
+  const sessions = groupBySession(doomed);
+  for (const { session, highest } of sessions) {
+    const head = await ctx.tx.log.head(session);
+    // A session deleted since the batch was read has no head to mark, and no events left.
+    if (head && highest > head.prunedThrough) await ctx.tx.log.putHead(session, { ...head, prunedThrough: highest });
+  }
+  await ctx.tx.log.deleteEvents(doomed.map((e) => e.sequence));
+  return sessions.length;
 }

@@ -5,7 +5,6 @@
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { DomainError, type DomainErrorKind } from "../core/errors.js";
-import { storageFault } from "../core/sqlite/storageFaults.js";
 import type { Logger } from "./logger.js";
 
 const CODES: Record<DomainErrorKind, Code> = {
@@ -34,12 +33,10 @@ function bounded(err: ConnectError): ConnectError {
 
 export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
   if (err instanceof ConnectError) return bounded(err);
-  if (err instanceof DomainError) return bounded(new ConnectError(err.message, CODES[err.kind]));
-  // Disk full or a held lock: the machine's condition, answered with a code the client can act on.
-  const fault = storageFault(err);
-  if (fault) {
-    logger.error("storage fault", { procedure, code: (err as { code?: string }).code, error: String(err) });
-    return new ConnectError(fault.message, CODES[fault.kind]);
+  if (err instanceof DomainError) {
+    // Disk full, a lost database, a held lock: the machine's condition, worth an operator's look.
+    if (err.storageCode !== undefined) logger.error("storage fault", { procedure, code: err.storageCode, error: err.message });
+    return bounded(new ConnectError(err.message, CODES[err.kind]));
   }
   // The client went away mid-stream: nothing failed on our side.
   if ((err as NodeJS.ErrnoException)?.code === "ERR_STREAM_PREMATURE_CLOSE") {

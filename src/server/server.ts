@@ -9,15 +9,11 @@ import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
-import { openDatabase, type Synchronous } from "../core/sqlite/database.js";
-import { SqliteStateStore } from "../core/sqlite/sqliteStore.js";
-import { SqliteSettingsStore } from "../core/sqlite/settingsStore.js";
-import { SqliteTranscriptStore } from "../core/sqlite/transcriptStore.js";
+import { openSqliteStorage, type Synchronous } from "../core/sqlite/database.js";
 import { SessionTools } from "../core/sessionTools.js";
 import { createRedactor } from "../core/transcript/redact.js";
-import type { RetentionPolicy } from "../core/store.js";
+import type { RetentionPolicy } from "../core/signalLog.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
-import { SqliteUpstreamStore } from "../core/upstream/sqliteUpstreamStore.js";
 import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -62,6 +58,8 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
+  /** Most watchers (cursors) one target may have; default 10,000. */
+  maxWatchersPerTarget?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
@@ -97,28 +95,22 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
-  const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
-  const stateStore = new SqliteStateStore(db);
+  const storage = openSqliteStorage({ path: databasePath, synchronous: options.synchronous });
   const core = new SessionState({
-    store: stateStore,
+    storage,
     clock: options.clock,
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
+    maxWatchersPerTarget: options.maxWatchersPerTarget,
+    onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
-  const transcripts = new SqliteTranscriptStore(db);
-  const tools = new SessionTools({
-    state: core,
-    transcripts,
-    settings: new SqliteSettingsStore(db, transcripts),
-    redactor,
-  });
+  const tools = new SessionTools({ state: core, redactor });
 
   const clock = options.clock ?? Date.now;
   const upstreamIntervalMs = options.upstreamIntervalMs ?? DEFAULTS.upstreamIntervalMs;
   const monitor = new UpstreamMonitor({
     state: core,
-    store: new SqliteUpstreamStore(db, stateStore),
-    recentMessages: transcripts,
+    recentMessages: tools.transcripts,
     localCatalog: options.upstreamRoot !== undefined,
   });
   const nodes = new NodeHub();
@@ -131,7 +123,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     logger,
   });
 
-  const recovery = await core.recoverPendingNotices();
+  // A start that fails from here on closes the database again (and frees its lock).
+  const recovery = await core.recoverPendingNotices().catch(closeAnd(core));
   logger.info("pending notices recovered", { ...recovery });
   await runPrune(core, logger);
 
@@ -173,7 +166,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       server.off("error", reject);
       resolve();
     });
-  });
+  }).catch(closeAnd(core));
   const address = server.address() as AddressInfo;
   const url = `${options.tls ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
   logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"] });
@@ -203,11 +196,19 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       await closed;
       clearTimeout(timer);
       await upstreamStopped;
-      core.close();
+      await core.close();
       logger.info("stopped", { url });
     })());
 
   return { port: address.port, url, core, tools, close };
+}
+
+/** Closes the core, then fails with `err` (a start-up step failed). */
+function closeAnd(core: SessionState) {
+  return async (err: unknown): Promise<never> => {
+    await core.close().catch(() => undefined);
+    throw err;
+  };
 }
 
 function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {

@@ -15,7 +15,7 @@ import { afterAll, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
 import type { Notice } from "../../src/core/model.js";
-import type { RetentionPolicy } from "../../src/core/store.js";
+import type { RetentionPolicy } from "../../src/core/signalLog.js";
 import { DAY_MS } from "../../src/core/signalLog.js";
 import { openCore, type CoreFixture } from "../support/core.js";
 import { startTestServer, transportFor, type TestServer } from "../support/harness.js";
@@ -90,8 +90,10 @@ class Model {
     for (const [watcher, c] of this.cursorsOn(session)) {
       if (watcher === actor || sequence <= c.lastSeen) continue;
       c.material = Math.max(c.material, sequence);
-      c.updatedAt = this.now;
+      // A cursor with a notice pending is not touched by later events: its updated time moves
+      // when a notice is queued or acked (an idle watcher's cursor expires, SPEC §3.4).
       if (c.notified > c.lastSeen) continue;
+      c.updatedAt = this.now;
       c.notified = c.material;
       this.expectedPublished.push({ watcher, target: session, changesSince: c.lastSeen, notified: c.notified });
     }
@@ -111,8 +113,9 @@ class Model {
     for (const [k, c] of this.cursors) if (c.updatedAt < ageCutoff) this.cursors.delete(k);
   }
 
+  /** Restart (SPEC §3.1): every notice with material activity behind it is (re-)frozen at the material mark. */
   recover(): void {
-    for (const c of this.cursors.values()) if (c.material > c.lastSeen && c.notified <= c.lastSeen) c.notified = c.material;
+    for (const c of this.cursors.values()) if (c.material > c.lastSeen) c.notified = c.material;
   }
 }
 
@@ -185,12 +188,12 @@ function coreSut(): Sut {
       await f.core.upsertSession({ sessionKey, agentId: "" }, {});
     },
     async restart() {
-      f.reopen();
+      await f.reopen();
       await f.core.recoverPendingNotices();
       listen();
     },
     async dispose() {
-      f.dispose();
+      await f.dispose();
     },
   };
 }

@@ -1,9 +1,8 @@
 /** Core-level fixture: SessionState over a real SQLite file in a temp dir, with a movable clock. */
 import { join } from "node:path";
 import { SessionState, type AppendEventInput } from "../../src/core/sessionState.js";
-import { openDatabase } from "../../src/core/sqlite/database.js";
-import { SqliteStateStore } from "../../src/core/sqlite/sqliteStore.js";
-import type { RetentionPolicy } from "../../src/core/store.js";
+import { openSqliteStorage } from "../../src/core/sqlite/database.js";
+import type { RetentionPolicy } from "../../src/core/signalLog.js";
 import { tempDir } from "./harness.js";
 
 export interface CoreFixture {
@@ -11,27 +10,26 @@ export interface CoreFixture {
   dbPath: string;
   clock: { now: number };
   /** Closes and reopens the same file, as a restart would. */
-  reopen(): SessionState;
-  dispose(): void;
+  reopen(): Promise<SessionState>;
+  dispose(): Promise<void>;
 }
 
 export function openCore(retention?: RetentionPolicy): CoreFixture {
   const dir = tempDir();
   const dbPath = join(dir.path, "state.db");
   const clock = { now: Date.UTC(2026, 10, 1) };
-  const open = () =>
-    new SessionState({ store: new SqliteStateStore(openDatabase({ path: dbPath })), clock: () => clock.now, retention });
+  const open = () => new SessionState({ storage: openSqliteStorage({ path: dbPath }), clock: () => clock.now, retention });
   const fixture: CoreFixture = {
     core: open(),
     dbPath,
     clock,
-    reopen() {
-      fixture.core.close();
+    async reopen() {
+      await fixture.core.close();
       fixture.core = open();
       return fixture.core;
     },
-    dispose() {
-      fixture.core.close();
+    async dispose() {
+      await fixture.core.close();
       dir.remove();
     },
   };

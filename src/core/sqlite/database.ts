@@ -5,7 +5,9 @@
 import Database from "better-sqlite3";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { acquireProcessLock } from "./processLock.js";
 import { migrate } from "./schema.js";
+import { SqliteStorage } from "./storage.js";
 
 export type Synchronous = "off" | "normal" | "full" | "extra";
 
@@ -36,4 +38,19 @@ export function openDatabase(options: DatabaseOptions): Database.Database {
   db.pragma("journal_size_limit = 67108864");
   migrate(db);
   return db;
+}
+
+/**
+ * The SQLite backend for a serving process: the one-process lock first (a second server on
+ * the same file is refused, naming the holder), then the database.
+ */
+export function openSqliteStorage(options: DatabaseOptions): SqliteStorage {
+  if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
+  const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
+  try {
+    return new SqliteStorage(openDatabase(options), { onClose: () => lock?.release() });
+  } catch (err) {
+    lock?.release();
+    throw err;
+  }
 }

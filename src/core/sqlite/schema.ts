@@ -217,6 +217,32 @@ const MIGRATIONS: string[] = [
   INSERT INTO transcript_search (rowid, search_text, transcript_token)
     SELECT id, search_text, transcript_token FROM transcript_messages WHERE search_text IS NOT NULL;
   `,
+  // The fan-out's target mark (SPEC §3.2): each head records its newest notify-eligible event,
+  // who caused it, and the newest one another actor caused (for that actor's own cursor), so
+  // a watcher with a notice pending costs nothing on later events; and
+  // partial indexes that hold only the cursors without (idle) or with (pending) a notice.
+  `
+  ALTER TABLE session_heads ADD COLUMN material_through INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE session_heads ADD COLUMN material_actor TEXT NOT NULL DEFAULT '';
+  ALTER TABLE session_heads ADD COLUMN material_other_through INTEGER NOT NULL DEFAULT 0;
+  UPDATE session_heads SET
+    material_through = coalesce((SELECT max(e.sequence) FROM session_state_events e
+      WHERE e.agent_id = session_heads.agent_id AND e.session_key = session_heads.session_key
+        AND e.kind IN ('human_direct_message', 'goal_changed', 'upstream_missing')), 0);
+  UPDATE session_heads SET
+    material_actor = coalesce((SELECT e.actor_id FROM session_state_events e WHERE e.sequence = session_heads.material_through), '')
+    WHERE material_through > 0;
+  UPDATE session_heads SET
+    material_other_through = coalesce((SELECT max(e.sequence) FROM session_state_events e
+      WHERE e.agent_id = session_heads.agent_id AND e.session_key = session_heads.session_key
+        AND e.kind IN ('human_direct_message', 'goal_changed', 'upstream_missing')
+        AND e.actor_id <> session_heads.material_actor), 0)
+    WHERE material_through > 0;
+  CREATE INDEX cursors_idle_by_target ON session_watch_cursors (target_agent_id, target_key, watcher_key)
+    WHERE notified <= last_seen;
+  CREATE INDEX cursors_pending_by_agent ON session_watch_cursors (watcher_agent_id, watcher_key, target_agent_id, target_key)
+    WHERE notified > last_seen;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

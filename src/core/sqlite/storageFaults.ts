@@ -13,12 +13,24 @@ export function storageFault(err: unknown): DomainError | undefined {
       return new DomainError(
         "resource_exhausted",
         "storage full: the database could not grow (disk or quota exhausted); nothing was written — retry once space is freed",
+        undefined,
+        err.code,
       );
     case "SQLITE_BUSY":
     case "SQLITE_BUSY_TIMEOUT":
     case "SQLITE_LOCKED":
-      return new DomainError("unavailable", "storage busy: another connection held the database lock too long; nothing was written — retry");
+      return new DomainError(
+        "unavailable",
+        "storage busy: another connection held the database lock too long; nothing was written — retry",
+        undefined,
+        err.code,
+      );
     default:
       return undefined;
   }
+}
+
+/** The error a caller of the SQLite backend sees: a storage fault as its domain error, anything else as it was. */
+export function asDomainError(err: unknown): unknown {
+  return storageFault(err) ?? err;
 }

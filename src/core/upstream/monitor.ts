@@ -22,7 +22,7 @@ import type {
   UpstreamLink,
 } from "./model.js";
 import { planCheck, type PlannedEvent } from "./rules.js";
-import type { UpstreamStore } from "./store.js";
+import { commitCheck, linkUpstream, type WatchedLink } from "./links.js";
 
 export const MAX_LIST_LINKS = 1000;
 export const DEFAULT_LIST_LINKS = 100;
@@ -60,7 +60,6 @@ export interface ListLinksRequest {
 
 export interface UpstreamMonitorOptions {
   state: SessionState;
-  store: UpstreamStore;
   /** Where self-echo finds the session's recent user messages; absent = nothing is an echo. */
   recentMessages?: RecentUserMessages;
   /** True when this service scans links of its own host (empty node_id). */
@@ -69,13 +68,11 @@ export interface UpstreamMonitorOptions {
 
 export class UpstreamMonitor {
   private readonly state: SessionState;
-  private readonly store: UpstreamStore;
   private recentMessages: RecentUserMessages | undefined;
   readonly localCatalog: boolean;
 
   constructor(options: UpstreamMonitorOptions) {
     this.state = options.state;
-    this.store = options.store;
     this.recentMessages = options.recentMessages;
     this.localCatalog = options.localCatalog;
   }
@@ -96,9 +93,7 @@ export class UpstreamMonitor {
       payload: {},
       watcherKeys: [],
     };
-    const { notices, ...result } = await this.store.link(input, adopted, now);
-    this.state.notices.publish(notices);
-    return result;
+    return this.state.store.write((ctx) => linkUpstream(ctx, input, adopted), { lock: [input.session] });
   }
 
   private checkLink(request: LinkRequest): LinkInput {
@@ -127,7 +122,12 @@ export class UpstreamMonitor {
   async unlink(ref: { sessionKey: string; agentId: string }, linkId: string): Promise<number> {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     checkToken("link_id", linkId, 64);
-    return this.store.unlink(session, linkId === "" ? undefined : linkId);
+    return this.state.store.write(async (ctx) => {
+      if (linkId === "") return ctx.tx.upstream.deleteLinksOf(session);
+      const link = await ctx.tx.upstream.link(linkId);
+      if (!link || link.session.agentId !== session.agentId || link.session.sessionKey !== session.sessionKey) return 0;
+      return (await ctx.tx.upstream.deleteLink(linkId)) ? 1 : 0;
+    });
   }
 
   async listLinks(request: ListLinksRequest): Promise<{ links: UpstreamLink[]; truncated: boolean }> {
@@ -135,11 +135,13 @@ export class UpstreamMonitor {
     const session = request.session && resolveSession("session", request.session.sessionKey, request.session.agentId);
     if (request.nodeId !== "") checkNodeId("node_id", request.nodeId);
     const limit = request.limit === 0 ? DEFAULT_LIST_LINKS : checkRange("limit", request.limit, 1, MAX_LIST_LINKS);
-    return this.store.listLinks({ agentId: request.agentId, session, nodeId: request.nodeId === "" ? undefined : request.nodeId, limit });
+    const filter = { agentId: request.agentId, session, nodeId: request.nodeId === "" ? undefined : request.nodeId, limit: limit + 1 };
+    const links = await this.state.store.read(async (tx) => tx.upstream.listLinks(filter));
+    return { links: links.slice(0, limit), truncated: links.length > limit };
   }
 
   async getLink(linkId: string): Promise<UpstreamLink | undefined> {
-    return this.store.getLink(linkId);
+    return this.state.store.read(async (tx) => tx.upstream.link(linkId));
   }
 
   /** Connects the transcript store once it exists (self-echo reads the recent messages there). */
@@ -154,7 +156,13 @@ export class UpstreamMonitor {
    * an active run (they are checked at a later tick, once the run is over).
    */
   async dueChecks(): Promise<{ checks: CheckAssignment[]; deferred: number }> {
-    const watched = await this.store.watchedLinks();
+    const watched = await this.state.store.read(async (tx) => {
+      const links: WatchedLink[] = [];
+      for (const link of await tx.upstream.watchedLinks()) {
+        links.push({ link, running: (await tx.registry.sessionFields(link.session))?.runStatus === "running" });
+      }
+      return links;
+    });
     const checks = watched
       .filter((w) => !w.running)
       .map(({ link }) => ({
@@ -176,14 +184,13 @@ export class UpstreamMonitor {
    * no longer current or whose session now runs changes nothing.
    */
   async record(report: CheckReport): Promise<RecordOutcome> {
-    const link = await this.store.getLink(report.linkId);
+    const link = await this.getLink(report.linkId);
     if (!link) return { result: "unlinked" };
     if (link.markerVersion !== report.markerVersion) return { result: "stale" };
     const recent = report.status === "found" && report.humanTurns.length > 0 ? await this.recentOf(link.session) : [];
-    const now = this.state.now();
-    const plan = planCheck(link, report, recent, now);
-    const commit = await this.store.commitCheck(
-      {
+    const plan = planCheck(link, report, recent, this.state.now());
+    const commit = await this.state.store.write((ctx) =>
+      commitCheck(ctx, {
         linkId: link.linkId,
         markerVersion: link.markerVersion,
         status: plan.status,
@@ -193,11 +200,10 @@ export class UpstreamMonitor {
         lastError: plan.lastError,
         events: plan.event ? [draftOf(plan.event)] : [],
         removeLink: plan.removeLink,
-      },
-      now,
+      }),
+      { lock: [link.session] },
     );
     if (commit.result !== "committed") return commit;
-    this.state.notices.publish(commit.notices);
     const appended = commit.outcomes[0];
     return {
       result: "committed",

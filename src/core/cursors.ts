@@ -1,0 +1,99 @@
+/**
+ * The cursor lifecycle of SPEC §3.1: how a watch begins, what it starts from, and how it
+ * ends. (What a cursor does while it lives is the notice protocol, noticeProtocol.ts.)
+ *
+ * - Implicit: spawning a child seeds the parent's cursor at the child's `child_spawned`
+ *   sequence; parents never subscribe by hand.
+ * - Explicit: `Watch` starts at the target's current stateVersion, so earlier history never
+ *   causes a notice; registering an existing watch leaves its cursor untouched.
+ * - Only agent-qualified session keys watch; a session never watches itself; the bare
+ *   `global` key is never a target (it is ambiguous between agents).
+ * - Cursors end with their watcher's reset, with either session's deletion, on Unwatch, and
+ *   when idle past the log's retention.
+ */
+import { DomainError, notFound } from "./errors.js";
+import { watcherAgentId, type SessionId } from "./keys.js";
+import type { WatchCursor } from "./model.js";
+import type { WriteContext } from "./watchableStore.js";
+
+export const DEFAULT_MAX_WATCHERS_PER_TARGET = 10_000;
+
+/** Why `watcherKey` cannot watch `target`, or undefined when it can. */
+export function watchRefusal(watcherKey: string, target: SessionId): string | undefined {
+  if (watcherAgentId(watcherKey) === undefined) {
+    return `watcher "${watcherKey}" is not an agent-qualified session key; it gets the log and changesSince but no notices`;
+  }
+  if (watcherKey === target.sessionKey && watcherAgentId(watcherKey) === target.agentId) return "a session cannot watch itself";
+  if (target.sessionKey === "global") {
+    return 'the bare "global" session is shared by every agent and is never a watch target; read its changes with changesSince';
+  }
+  return undefined;
+}
+
+function cursorAt(watcherKey: string, target: SessionId, start: number, provenance: WatchCursor["provenance"], now: number): WatchCursor {
+  return {
+    watcherKey,
+    targetAgentId: target.agentId,
+    targetKey: target.sessionKey,
+    lastSeen: start,
+    notified: start,
+    material: start,
+    provenance,
+    updatedAt: now,
+  };
+}
+
+/** The parent's implicit cursor on a spawned child, at the spawn's sequence. Returns whether the parent watches. */
+export async function seedSpawnCursor(ctx: WriteContext, parentKey: string, child: SessionId, spawnSequence: number): Promise<boolean> {
+  if (watchRefusal(parentKey, child) !== undefined) return false;
+  // An existing cursor (a respawn) is kept as it is.
+  await ctx.tx.cursors.insertCursor(cursorAt(parentKey, child, spawnSequence, "implicit_spawn", ctx.now));
+  return true;
+}
+
+/** An explicit watch from the target's current head (the caller checked watchRefusal). */
+export async function watchAtHead(
+  ctx: WriteContext,
+  watcherKey: string,
+  target: SessionId,
+  maxWatchersPerTarget: number,
+): Promise<{ cursor: WatchCursor; created: boolean }> {
+  const existing = await ctx.tx.cursors.cursor(watcherKey, target);
+  if (existing) return { cursor: existing, created: false };
+  const head = await ctx.tx.log.head(target);
+  if ((!head || head.stateVersion === 0) && !(await ctx.tx.registry.sessionFields(target))) {
+    throw notFound(`target session "${target.sessionKey}" (agent ${target.agentId}) is not known`);
+  }
+  if ((await ctx.tx.cursors.countOnTarget(target)) >= maxWatchersPerTarget) {
+    throw new DomainError(
+      "resource_exhausted",
+      `target "${target.sessionKey}" already has ${maxWatchersPerTarget} watchers, the most allowed (--max-watchers-per-target); unwatch one first`,
+    );
+  }
+  const cursor = cursorAt(watcherKey, target, head?.stateVersion ?? 0, "explicit", ctx.now);
+  await ctx.tx.cursors.insertCursor(cursor);
+  return { cursor, created: true };
+}
+
+/** Ends a watch; true when there was one. */
+export async function unwatch(ctx: WriteContext, watcherKey: string, target: SessionId): Promise<boolean> {
+  return ctx.tx.cursors.deleteCursor(watcherKey, target);
+}
+
+/** A reset watcher forgets what it assumed about others: its cursors go. */
+export async function dropCursorsOfWatcher(ctx: WriteContext, watcherKey: string): Promise<number> {
+  return ctx.tx.cursors.deleteCursorsOfWatcher(watcherKey);
+}
+
+/** A deleted session is neither watched nor watching any more. */
+export async function dropCursorsOfSession(ctx: WriteContext, session: SessionId): Promise<number> {
+  let removed = await ctx.tx.cursors.deleteCursorsOnTarget(session);
+  // Only an agent-qualified key of its own agent can be a watcher identity.
+  if (watcherAgentId(session.sessionKey) === session.agentId) removed += await ctx.tx.cursors.deleteCursorsOfWatcher(session.sessionKey);
+  return removed;
+}
+
+/** Cursors untouched for the log's retention period expire (SPEC §3.4). */
+export async function expireIdleCursors(ctx: WriteContext, updatedBefore: number): Promise<number> {
+  return ctx.tx.cursors.expireCursors(updatedBefore);
+}

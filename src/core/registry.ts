@@ -1,0 +1,171 @@
+/**
+ * The session registry (SPEC §1, §4): registering and patching a session, spawning a child,
+ * resetting and deleting. Units of work over the backend's rows; validation of the request
+ * fields happens before (sessionState.ts).
+ */
+import { randomUUID } from "node:crypto";
+import { seedSpawnCursor, dropCursorsOfSession, dropCursorsOfWatcher } from "./cursors.js";
+import { failedPrecondition, notFound } from "./errors.js";
+import { agentIdOfKey, type SessionId } from "./keys.js";
+import type { SessionKind, SessionPatch, SessionRecord, SignalEvent } from "./model.js";
+import { appendEvent } from "./signalLog.js";
+import type { SessionFields } from "./storage.js";
+import type { WriteContext } from "./watchableStore.js";
+
+export interface SpawnInput {
+  parent: SessionId;
+  child: SessionId;
+  kind: SessionKind;
+  label: string;
+  model: string;
+  channel: string;
+  runId: string;
+  dedupeKey?: string;
+}
+
+export interface SpawnOutcome {
+  child: SessionRecord;
+  event: SignalEvent;
+  parentWatching: boolean;
+}
+
+function unregistered(session: SessionId, what = "session") {
+  return notFound(`${what} "${session.sessionKey}" (agent ${session.agentId}) is not registered`);
+}
+
+/** The parent a patch names: not the session itself, and registered. */
+async function requireParent(ctx: WriteContext, child: SessionId, parentKey: string): Promise<SessionId> {
+  const parent = { agentId: agentIdOfKey(parentKey) ?? child.agentId, sessionKey: parentKey };
+  if (parent.agentId === child.agentId && parent.sessionKey === child.sessionKey) {
+    throw failedPrecondition("a session cannot be its own parent");
+  }
+  if (!(await ctx.tx.registry.sessionFields(parent))) throw notFound(`parent session "${parentKey}" is not registered`);
+  return parent;
+}
+
+/** Creates the session or changes the fields the patch sets (undefined keeps a field). */
+export async function upsertSession(ctx: WriteContext, session: SessionId, patch: SessionPatch): Promise<{ session: SessionRecord; created: boolean }> {
+  const existing = await ctx.tx.registry.sessionFields(session);
+  let parentAgentId = existing?.parentAgentId ?? "";
+  if (patch.parentSessionKey !== undefined) {
+    parentAgentId = patch.parentSessionKey === "" ? "" : (await requireParent(ctx, session, patch.parentSessionKey)).agentId;
+  }
+  if (patch.sessionId !== undefined && patch.sessionId !== existing?.sessionId) {
+    const owner = await ctx.tx.registry.sessionWithId(patch.sessionId);
+    if (owner) throw failedPrecondition(`session_id "${patch.sessionId}" already belongs to another session`);
+  }
+  const fields: SessionFields = {
+    agentId: session.agentId,
+    sessionKey: session.sessionKey,
+    sessionId: patch.sessionId ?? existing?.sessionId ?? randomUUID(),
+    kind: patch.kind ?? existing?.kind ?? "other",
+    channel: patch.channel ?? existing?.channel ?? "",
+    label: patch.label ?? existing?.label ?? "",
+    parentAgentId,
+    parentKey: patch.parentSessionKey ?? existing?.parentKey ?? "",
+    model: patch.model ?? existing?.model ?? "",
+    contextTokens: patch.contextTokens ?? existing?.contextTokens ?? 0,
+    totalTokens: patch.totalTokens ?? existing?.totalTokens ?? 0,
+    runStatus: patch.runStatus ?? existing?.runStatus ?? "idle",
+    lastRunAborted: patch.lastRunAborted ?? existing?.lastRunAborted ?? false,
+    archived: patch.archived ?? existing?.archived ?? false,
+    pinned: patch.pinned ?? existing?.pinned ?? false,
+    origin: patch.origin ?? existing?.origin,
+    deliveryContext: patch.deliveryContext ?? existing?.deliveryContext,
+    sidebarIcon: existing?.sidebarIcon ?? "",
+    thinkingLevel: existing?.thinkingLevel ?? "",
+    createdAt: existing?.createdAt ?? ctx.now,
+    updatedAt: ctx.now,
+  };
+  if (existing) await ctx.tx.registry.updateSession(fields);
+  else await ctx.tx.registry.insertSession(fields);
+  return { session: (await ctx.tx.registry.session(session))!, created: !existing };
+}
+
+/**
+ * Spawns (or re-spawns) a child under a registered parent: the child's row, its
+ * `child_spawned` event, and the parent's implicit cursor at that event (SPEC §3.1).
+ */
+export async function spawnSession(ctx: WriteContext, input: SpawnInput): Promise<SpawnOutcome> {
+  if (!(await ctx.tx.registry.sessionFields(input.parent))) throw unregistered(input.parent, "parent session");
+  const existing = await ctx.tx.registry.sessionFields(input.child);
+  if (existing && existing.parentKey !== "" && existing.parentKey !== input.parent.sessionKey) {
+    throw failedPrecondition(`session "${input.child.sessionKey}" is already a child of "${existing.parentKey}"`);
+  }
+  const fields: SessionFields = {
+    agentId: input.child.agentId,
+    sessionKey: input.child.sessionKey,
+    sessionId: existing?.sessionId ?? randomUUID(),
+    kind: existing?.kind ?? input.kind,
+    channel: input.channel || existing?.channel || "",
+    label: input.label || existing?.label || "",
+    parentAgentId: input.parent.agentId,
+    parentKey: input.parent.sessionKey,
+    model: input.model || existing?.model || "",
+    contextTokens: existing?.contextTokens ?? 0,
+    totalTokens: existing?.totalTokens ?? 0,
+    runStatus: existing?.runStatus ?? "idle",
+    lastRunAborted: existing?.lastRunAborted ?? false,
+    archived: existing?.archived ?? false,
+    pinned: existing?.pinned ?? false,
+    origin: existing?.origin,
+    deliveryContext: existing?.deliveryContext,
+    sidebarIcon: existing?.sidebarIcon ?? "",
+    thinkingLevel: existing?.thinkingLevel ?? "",
+    createdAt: existing?.createdAt ?? ctx.now,
+    updatedAt: ctx.now,
+  };
+  if (existing) await ctx.tx.registry.updateSession(fields);
+  else await ctx.tx.registry.insertSession(fields);
+
+  const outcome = await appendEvent(ctx, {
+    session: input.child,
+    kind: "child_spawned",
+    actorType: "agent",
+    actorId: input.parent.sessionKey,
+    runId: input.runId,
+    occurredAt: ctx.now,
+    summary: `spawned by ${input.parent.sessionKey}`,
+    payload: {},
+    dedupeKey: input.dedupeKey,
+    watcherKeys: [],
+  });
+  const parentWatching = await seedSpawnCursor(ctx, input.parent.sessionKey, input.child, outcome.sequence);
+  const event = (await ctx.tx.log.eventBySequence(outcome.sequence))!;
+  return { child: (await ctx.tx.registry.session(input.child))!, event, parentWatching };
+}
+
+/** A reset gives the session a new id and clears its run state; what it assumed about others (its cursors) goes. */
+export async function resetSession(ctx: WriteContext, session: SessionId): Promise<{ session: SessionRecord; removedCursors: number }> {
+  const existing = await ctx.tx.registry.sessionFields(session);
+  if (!existing) throw unregistered(session);
+  await ctx.tx.registry.updateSession({
+    ...existing,
+    sessionId: randomUUID(),
+    contextTokens: 0,
+    totalTokens: 0,
+    runStatus: "idle",
+    lastRunAborted: false,
+    updatedAt: ctx.now,
+  });
+  const removedCursors = await dropCursorsOfWatcher(ctx, session.sessionKey);
+  return { session: (await ctx.tx.registry.session(session))!, removedCursors };
+}
+
+/** Deletes the session with everything that belongs to it: log, head, cursors, transcripts, model selection, upstream links. */
+export async function deleteSession(ctx: WriteContext, session: SessionId): Promise<{ removedEvents: number; removedCursors: number }> {
+  const known = (await ctx.tx.registry.sessionFields(session)) !== undefined || (await ctx.tx.log.head(session)) !== undefined;
+  if (!known) throw notFound(`session "${session.sessionKey}" (agent ${session.agentId}) is not known`);
+  await ctx.tx.transcripts.deleteTranscriptsOf(session);
+  await ctx.tx.settings.dropSelection(session);
+  await ctx.tx.upstream.deleteLinksOf(session);
+  await ctx.tx.registry.deleteSession(session);
+  const removedEvents = await ctx.tx.log.deleteLog(session);
+  const removedCursors = await dropCursorsOfSession(ctx, session);
+  return { removedEvents, removedCursors };
+}
+
+/** The targets a watcher's cursors are on: what a reset or delete must lock before it drops them. */
+export async function cursorTargetsOf(ctx: { tx: WriteContext["tx"] }, watcherKey: string): Promise<SessionId[]> {
+  return ctx.tx.cursors.targetsOfWatcher(watcherKey);
+}

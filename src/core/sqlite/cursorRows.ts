@@ -1,0 +1,126 @@
+/** SQLite rows of the watch cursors. */
+import type Database from "better-sqlite3";
+import { watcherAgentId, type SessionId } from "../keys.js";
+import type { WatchCursor } from "../model.js";
+import { CURSOR_COLUMNS, cursorFromRow, type CursorRow } from "../rowMapping.js";
+import type { CursorPage, CursorRows, WatcherSelector } from "../storage.js";
+
+const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
+
+export class SqliteCursorRows implements CursorRows {
+  private readonly stmt;
+
+  constructor(db: Database.Database) {
+    const p = (sql: string) => db.prepare(sql);
+    this.stmt = {
+      cursor: p(`${FROM} WHERE watcher_key = ? AND target_agent_id = ? AND target_key = ?`),
+      insert: p(`INSERT INTO session_watch_cursors
+        (watcher_key, watcher_agent_id, target_agent_id, target_key, last_seen, notified, material, provenance, created_at, updated_at)
+        VALUES (@watcherKey, @watcherAgentId, @targetAgentId, @targetKey, @lastSeen, @notified, @material, @provenance, @updatedAt, @updatedAt)
+        ON CONFLICT DO NOTHING`),
+      save: p(`UPDATE session_watch_cursors SET last_seen = @lastSeen, notified = @notified, material = @material, updated_at = @updatedAt
+        WHERE watcher_key = @watcherKey AND target_agent_id = @targetAgentId AND target_key = @targetKey`),
+      delete: p(`DELETE FROM session_watch_cursors WHERE watcher_key = ? AND target_agent_id = ? AND target_key = ?`),
+      deleteOfWatcher: p(`DELETE FROM session_watch_cursors WHERE watcher_key = ?`),
+      deleteOnTarget: p(`DELETE FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ?`),
+      onTarget: p(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND watcher_key > ? ORDER BY watcher_key LIMIT ?`),
+      ofWatcher: p(`${FROM} WHERE watcher_key = ? AND (target_agent_id, target_key) > (?, ?)
+        ORDER BY target_agent_id, target_key LIMIT ?`),
+      targetsOfWatcher: p(`SELECT target_agent_id, target_key FROM session_watch_cursors WHERE watcher_key = ?`),
+      countOnTarget: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ?`),
+      hasOnTarget: p(`SELECT 1 FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ? LIMIT 1`),
+      // The condition `notified <= last_seen` matches the partial index cursors_idle_by_target.
+      idleOnTarget: p(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?
+        ORDER BY watcher_key LIMIT ?`),
+      pendingOfAgent: p(`${FROM} WHERE watcher_agent_id = ? AND notified > last_seen
+        ORDER BY watcher_key, target_agent_id, target_key`),
+      pendingOfWatcher: p(`${FROM} WHERE watcher_key = ? AND notified > last_seen ORDER BY target_agent_id, target_key`),
+      pendingPage: p(`${FROM} WHERE notified > last_seen AND (watcher_key, target_agent_id, target_key) > (?, ?, ?)
+        ORDER BY watcher_key, target_agent_id, target_key LIMIT ?`),
+      countPending: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE notified > last_seen`),
+      behindMaterial: p(`SELECT DISTINCT c.target_agent_id, c.target_key FROM session_watch_cursors c
+        JOIN session_heads h ON h.agent_id = c.target_agent_id AND h.session_key = c.target_key
+        WHERE c.notified <= c.last_seen AND c.last_seen < h.material_through`),
+      expire: p(`DELETE FROM session_watch_cursors WHERE updated_at < ?`),
+    };
+  }
+
+  cursor(watcherKey: string, target: SessionId): WatchCursor | undefined {
+    const row = this.stmt.cursor.get(watcherKey, target.agentId, target.sessionKey) as CursorRow | undefined;
+    return row && cursorFromRow(row);
+  }
+
+  insertCursor(cursor: WatchCursor): boolean {
+    return this.stmt.insert.run({ ...cursor, watcherAgentId: watcherAgentId(cursor.watcherKey) ?? "" }).changes === 1;
+  }
+
+  saveCursor(cursor: WatchCursor): void {
+    this.stmt.save.run(cursor);
+  }
+
+  deleteCursor(watcherKey: string, target: SessionId): boolean {
+    return this.stmt.delete.run(watcherKey, target.agentId, target.sessionKey).changes === 1;
+  }
+
+  deleteCursorsOfWatcher(watcherKey: string): number {
+    return this.stmt.deleteOfWatcher.run(watcherKey).changes;
+  }
+
+  deleteCursorsOnTarget(target: SessionId): number {
+    return this.stmt.deleteOnTarget.run(target.agentId, target.sessionKey).changes;
+  }
+
+  cursorsOnTarget(target: SessionId, page: CursorPage): WatchCursor[] {
+    const rows = this.stmt.onTarget.all(target.agentId, target.sessionKey, page.after?.watcherKey ?? "", page.limit) as CursorRow[];
+    return rows.map(cursorFromRow);
+  }
+
+  cursorsOfWatcher(watcherKey: string, page: CursorPage): WatchCursor[] {
+    const rows = this.stmt.ofWatcher.all(watcherKey, page.after?.targetAgentId ?? "", page.after?.targetKey ?? "", page.limit) as CursorRow[];
+    return rows.map(cursorFromRow);
+  }
+
+  targetsOfWatcher(watcherKey: string): SessionId[] {
+    const rows = this.stmt.targetsOfWatcher.all(watcherKey) as { target_agent_id: string; target_key: string }[];
+    return rows.map((r) => ({ agentId: r.target_agent_id, sessionKey: r.target_key }));
+  }
+
+  countOnTarget(target: SessionId): number {
+    return (this.stmt.countOnTarget.get(target.agentId, target.sessionKey) as { n: number }).n;
+  }
+
+  hasCursorOnTarget(target: SessionId): boolean {
+    return this.stmt.hasOnTarget.get(target.agentId, target.sessionKey) !== undefined;
+  }
+
+  idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): WatchCursor[] {
+    return (this.stmt.idleOnTarget.all(target.agentId, target.sessionKey, afterWatcher, limit) as CursorRow[]).map(cursorFromRow);
+  }
+
+  pendingCursors(selector: WatcherSelector): WatchCursor[] {
+    const rows =
+      "agentId" in selector
+        ? (this.stmt.pendingOfAgent.all(selector.agentId) as CursorRow[])
+        : selector.watcherKeys.flatMap((key) => this.stmt.pendingOfWatcher.all(key) as CursorRow[]);
+    return rows.map(cursorFromRow);
+  }
+
+  pendingCursorsPage(page: CursorPage): WatchCursor[] {
+    const a = page.after;
+    const rows = this.stmt.pendingPage.all(a?.watcherKey ?? "", a?.targetAgentId ?? "", a?.targetKey ?? "", page.limit) as CursorRow[];
+    return rows.map(cursorFromRow);
+  }
+
+  countPending(): number {
+    return (this.stmt.countPending.get() as { n: number }).n;
+  }
+
+  targetsBehindMaterial(): SessionId[] {
+    const rows = this.stmt.behindMaterial.all() as { target_agent_id: string; target_key: string }[];
+    return rows.map((r) => ({ agentId: r.target_agent_id, sessionKey: r.target_key }));
+  }
+
+  expireCursors(updatedBefore: number): number {
+    return this.stmt.expire.run(updatedBefore).changes;
+  }
+}

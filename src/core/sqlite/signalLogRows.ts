@@ -1,0 +1,106 @@
+/** SQLite rows of the signal log: events and per-session heads. */
+import type Database from "better-sqlite3";
+import type { SessionId } from "../keys.js";
+import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
+import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
+import type { EventPlace, SignalLogRows } from "../storage.js";
+
+export class SqliteSignalLogRows implements SignalLogRows {
+  private readonly stmt;
+  constructor(db: Database.Database) {
+    const p = (sql: string) => db.prepare(sql);
+    this.stmt = {
+      head: p(`SELECT ${HEAD_COLUMNS} FROM session_heads WHERE agent_id = ? AND session_key = ?`),
+      putHead: p(`INSERT INTO session_heads (agent_id, session_key, ${HEAD_COLUMNS})
+        VALUES (@agentId, @sessionKey, @stateVersion, @prunedThrough, @materialThrough, @materialActor, @materialOtherThrough)
+        ON CONFLICT (agent_id, session_key) DO UPDATE SET state_version = excluded.state_version,
+          pruned_through = excluded.pruned_through, material_through = excluded.material_through,
+          material_actor = excluded.material_actor, material_other_through = excluded.material_other_through`),
+      insertEvent: p(`INSERT INTO session_state_events
+        (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
+        VALUES (@agentId, @sessionKey, @kind, @actorType, @actorId, @runId, @occurredAt, @recordedAt, @summary, @outcome, @channel, @turns, @dedupeKey)`),
+      eventByDedupe: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE agent_id = ? AND session_key = ? AND dedupe_key = ?`),
+      eventBySequence: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE sequence = ?`),
+      eventsAfter: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events
+        WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`),
+      earliest: p(`SELECT min(sequence) AS seq FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
+      deleteEvents: p(`DELETE FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
+      deleteHead: p(`DELETE FROM session_heads WHERE agent_id = ? AND session_key = ?`),
+      countEvents: p(`SELECT count(*) AS n FROM session_state_events`),
+      nthNewest: p(`SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?`),
+      expired: p(`SELECT sequence, agent_id, session_key FROM session_state_events
+        WHERE sequence < ? OR recorded_at < ? ORDER BY sequence LIMIT ?`),
+      deleteEvent: p(`DELETE FROM session_state_events WHERE sequence = ?`),
+    };
+  }
+
+  head(session: SessionId): SessionHead | undefined {
+    const row = this.stmt.head.get(session.agentId, session.sessionKey) as HeadRow | undefined;
+    return row && headFromRow(row);
+  }
+
+  putHead(session: SessionId, head: SessionHead): void {
+    this.stmt.putHead.run({ ...session, ...head });
+  }
+
+  insertEvent(draft: EventDraft, recordedAt: number): number {
+    return Number(
+      this.stmt.insertEvent.run({
+        agentId: draft.session.agentId,
+        sessionKey: draft.session.sessionKey,
+        kind: draft.kind,
+        actorType: draft.actorType,
+        actorId: draft.actorId,
+        runId: draft.runId,
+        occurredAt: draft.occurredAt,
+        recordedAt,
+        summary: draft.summary,
+        outcome: draft.payload.outcome ?? null,
+        channel: draft.payload.channel ?? null,
+        turns: draft.payload.turns ?? null,
+        dedupeKey: draft.dedupeKey ?? null,
+      }).lastInsertRowid,
+    );
+  }
+
+  eventByDedupe(session: SessionId, dedupeKey: string): SignalEvent | undefined {
+    const row = this.stmt.eventByDedupe.get(session.agentId, session.sessionKey, dedupeKey) as EventRow | undefined;
+    return row && eventFromRow(row);
+  }
+
+  eventBySequence(sequence: number): SignalEvent | undefined {
+    const row = this.stmt.eventBySequence.get(sequence) as EventRow | undefined;
+    return row && eventFromRow(row);
+  }
+
+  eventsAfter(session: SessionId, after: number, limit: number): SignalEvent[] {
+    return (this.stmt.eventsAfter.all(session.agentId, session.sessionKey, after, limit) as EventRow[]).map(eventFromRow);
+  }
+
+  earliestSequence(session: SessionId): number {
+    return (this.stmt.earliest.get(session.agentId, session.sessionKey) as { seq: number | null }).seq ?? 0;
+  }
+
+  deleteLog(session: SessionId): number {
+    const removed = this.stmt.deleteEvents.run(session.agentId, session.sessionKey).changes;
+    this.stmt.deleteHead.run(session.agentId, session.sessionKey);
+    return removed;
+  }
+
+  countEvents(): number {
+    return (this.stmt.countEvents.get() as { n: number }).n;
+  }
+
+  nthNewestSequence(n: number): number | undefined {
+    return (this.stmt.nthNewest.get(n) as { sequence: number } | undefined)?.sequence;
+  }
+
+  expiredEvents(belowSequence: number, recordedBefore: number, limit: number): EventPlace[] {
+    const rows = this.stmt.expired.all(belowSequence, recordedBefore, limit) as { sequence: number; agent_id: string; session_key: string }[];
+    return rows.map((r) => ({ sequence: r.sequence, session: { agentId: r.agent_id, sessionKey: r.session_key } }));
+  }
+
+  deleteEvents(sequences: readonly number[]): void {
+    for (const sequence of sequences) this.stmt.deleteEvent.run(sequence);
+  }
+}

@@ -1,0 +1,158 @@
+/**
+ * The embedded SQLite backend: one connection, used by one unit of work at a time.
+ *
+ * - Writes are short `BEGIN IMMEDIATE … COMMIT` transactions (they can never fail with
+ *   SQLITE_BUSY_SNAPSHOT halfway); statements are prepared once, by the row classes.
+ * - Units take turns on the connection (a promise chain): the rows answer synchronously, so
+ *   a unit runs to its end within one turn of the event loop and nobody waits long.
+ * - Group commit: group units that arrive while the event loop is busy (concurrent calls
+ *   whose requests came together) run in one transaction, each in a savepoint of its own.
+ *   N concurrent appends then pay for one WAL commit instead of N, while each stays atomic:
+ *   a unit that throws rolls back to its savepoint and fails alone, and every caller hears
+ *   back only after the shared COMMIT, so an answered write is exactly as durable as before.
+ * - Storage failures leave as domain errors (storageFaults.ts).
+ * - One serving process per file (processLock.ts): a second one would split notice delivery.
+ */
+import type Database from "better-sqlite3";
+import type { Storage, Tx, WriteOptions } from "../storage.js";
+import { SqliteCursorRows } from "./cursorRows.js";
+import { SqliteRegistryRows } from "./registryRows.js";
+import { SqliteSettingsRows } from "./settingsRows.js";
+import { SqliteSignalLogRows } from "./signalLogRows.js";
+import { asDomainError } from "./storageFaults.js";
+import { SqliteTranscriptRows } from "./transcriptRows.js";
+import { SqliteUpstreamRows } from "./upstreamRows.js";
+
+interface GroupMember {
+  unit: (tx: Tx) => Promise<unknown>;
+  resolve(value: unknown): void;
+  reject(err: unknown): void;
+}
+
+export interface SqliteStorageOptions {
+  /** Runs when the connection closes (releases the one-process lock). */
+  onClose?: () => void;
+}
+
+export class SqliteStorage implements Storage {
+  readonly backend = "sqlite" as const;
+  private readonly tx: Tx;
+  private readonly stmt;
+  private turn: Promise<unknown> = Promise.resolve();
+  private group: GroupMember[] = [];
+  private closed = false;
+
+  constructor(
+    readonly db: Database.Database,
+    private readonly options: SqliteStorageOptions = {},
+  ) {
+    this.tx = {
+      log: new SqliteSignalLogRows(db),
+      registry: new SqliteRegistryRows(db),
+      cursors: new SqliteCursorRows(db),
+      transcripts: new SqliteTranscriptRows(db),
+      settings: new SqliteSettingsRows(db),
+      upstream: new SqliteUpstreamRows(db),
+      lock: () => {},
+      announce: () => {},
+    };
+    const p = (sql: string) => db.prepare(sql);
+    this.stmt = {
+      begin: p("BEGIN IMMEDIATE"),
+      commit: p("COMMIT"),
+      rollback: p("ROLLBACK"),
+      savepoint: p("SAVEPOINT unit"),
+      release: p("RELEASE unit"),
+      rollbackTo: p("ROLLBACK TO unit"),
+    };
+  }
+
+  read<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
+    return this.exclusive(() => unit(this.tx));
+  }
+
+  write<T>(unit: (tx: Tx) => Promise<T>, options: WriteOptions = {}): Promise<T> {
+    if (options.group) return this.joinGroup(unit);
+    return this.exclusive(async () => {
+      this.stmt.begin.run();
+      try {
+        const value = await unit(this.tx);
+        this.stmt.commit.run();
+        return value;
+      } catch (err) {
+        if (this.db.inTransaction) this.stmt.rollback.run();
+        throw err;
+      }
+    });
+  }
+
+  /** Runs `fn` when the connection is free; its failure leaves as a domain error where it is a storage fault. */
+  private exclusive<T>(fn: () => Promise<T>): Promise<T> {
+    if (this.closed) return Promise.reject(new Error("storage is closed"));
+    const run = this.turn.then(fn, fn).catch((err: unknown) => {
+      throw asDomainError(err);
+    });
+    this.turn = run.catch(() => undefined);
+    return run;
+  }
+
+  private joinGroup<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
+    return new Promise<T>((resolve, reject) => {
+      this.group.push({ unit, resolve: resolve as (v: unknown) => void, reject });
+      // After the I/O callbacks of this loop turn, so every request read meanwhile joins.
+      if (this.group.length === 1) setImmediate(() => void this.flushGroup());
+    });
+  }
+
+  private flushGroup(): Promise<void> {
+    const members = this.group;
+    this.group = [];
+    if (members.length === 0) return Promise.resolve();
+    return this.exclusive(async () => {
+      const results: ({ value: unknown } | { error: unknown })[] = [];
+      this.stmt.begin.run();
+      try {
+        for (const member of members) {
+          this.stmt.savepoint.run();
+          try {
+            results.push({ value: await member.unit(this.tx) });
+            this.stmt.release.run();
+          } catch (error) {
+            // Some failures (disk full, I/O) make SQLite roll back the whole transaction: then
+            // no unit of the group can commit, and running the rest would commit them one by one.
+            if (!this.db.inTransaction) throw error;
+            this.stmt.rollbackTo.run();
+            this.stmt.release.run();
+            results.push({ error: asDomainError(error) });
+          }
+        }
+        this.stmt.commit.run();
+      } catch (err) {
+        if (this.db.inTransaction) this.stmt.rollback.run();
+        throw err;
+      }
+      results.forEach((r, i) => ("error" in r ? members[i].reject(r.error) : members[i].resolve(r.value)));
+    }).catch((err: unknown) => {
+      // BEGIN or COMMIT failed (busy, disk full): the whole group rolled back, nothing written.
+      for (const member of members) member.reject(err);
+    });
+  }
+
+  async close(): Promise<void> {
+    if (this.closed) return;
+    await this.flushGroup();
+    await this.turn;
+    this.closed = true;
+    if (this.db.open) {
+      try {
+        // Fold the WAL back into the main file so a clean stop leaves one file behind.
+        this.db.pragma("wal_checkpoint(TRUNCATE)");
+      } catch {
+        // No room to checkpoint (disk full): the WAL stays and the next open replays it, so
+        // nothing is lost; stopping must not fail for it.
+      }
+      this.db.close();
+    }
+    this.options.onClose?.();
+  }
+}

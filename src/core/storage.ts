@@ -1,0 +1,274 @@
+/**
+ * The storage contract every backend implements (SQLite embedded, PostgreSQL for replicas).
+ *
+ * A backend only loads and saves rows. Every rule of the SPEC — dedupe, the human-turn gate,
+ * the cursor lifecycle, self-suppression, the one-notice protocol, retention, transcripts,
+ * settings, upstream links — lives in src/core and runs against these row operations inside
+ * one transaction, so both backends behave the same by construction (the store conformance
+ * suite, test/conformance, checks that they do).
+ *
+ * Row operations return `Awaitable<T>`: the embedded backend answers synchronously, the
+ * networked one with a promise; rule code always awaits. Storage failures leave a backend
+ * as DomainErrors (unavailable, resource_exhausted, data_loss), never as driver errors.
+ */
+import type { SessionId } from "./keys.js";
+import type {
+  EventDraft,
+  SessionFilter,
+  SessionHead,
+  SessionKind,
+  SessionRecord,
+  SignalEvent,
+  WatchCursor,
+  DeliveryRoute,
+  RunStatus,
+} from "./model.js";
+import type { GroupCatalog } from "./settings/groups.js";
+import type { ModelSelection } from "./settings/modelRevert.js";
+import type { MessageDraft, StoredMessage, TranscriptRef } from "./transcript/model.js";
+import type { SearchHitRecord, SearchQuery } from "./transcript/queries.js";
+import type { LinkFilter, UpstreamLink, CheckStatus, UpstreamKind } from "./upstream/model.js";
+
+export type Awaitable<T> = T | Promise<T>;
+
+export type Backend = "sqlite" | "postgres";
+
+export interface WriteOptions {
+  /**
+   * The sessions whose log, head or cursors the unit changes. PostgreSQL takes a lock per
+   * session before the unit runs (in one sorted pass, so concurrent units cannot deadlock);
+   * SQLite serialises every write anyway.
+   */
+  lock?: readonly SessionId[];
+  /**
+   * The unit may share one commit with other group units that arrive together (group
+   * commit). Each unit still succeeds or fails alone, and is answered only after the commit.
+   */
+  group?: boolean;
+}
+
+export interface Storage {
+  readonly backend: Backend;
+  /** A read-only unit of work over committed data. */
+  read<T>(unit: (tx: Tx) => Promise<T>): Promise<T>;
+  /** A unit of work in one transaction; retried whole when the backend reports a transient conflict. */
+  write<T>(unit: (tx: Tx) => Promise<T>, options?: WriteOptions): Promise<T>;
+  /** Closes the connection(s); waits for queued writes first. */
+  close(): Promise<void>;
+}
+
+/** One transaction's row operations, by concept. */
+export interface Tx {
+  readonly log: SignalLogRows;
+  readonly registry: RegistryRows;
+  readonly cursors: CursorRows;
+  readonly transcripts: TranscriptRows;
+  readonly settings: SettingsRows;
+  readonly upstream: UpstreamRows;
+  /**
+   * Takes the per-session write locks of `sessions` (sorted, in one pass) for the rest of the
+   * transaction. No-op on SQLite, where a write transaction holds the one write lock.
+   */
+  lock(sessions: readonly SessionId[]): Awaitable<void>;
+  /**
+   * Wakes other service processes watching for notices of these agents, when the
+   * transaction commits (PostgreSQL NOTIFY; nothing to do for SQLite's single process).
+   * Carries no notice: the cursor rows stay the truth.
+   */
+  announce(agentIds: readonly string[]): Awaitable<void>;
+}
+
+// ---- Signal log (SPEC §2, §3.3, §3.4) ---------------------------------------------------------
+
+/** An event's place, for retention. */
+export interface EventPlace {
+  sequence: number;
+  session: SessionId;
+}
+
+export interface SignalLogRows {
+  head(session: SessionId): Awaitable<SessionHead | undefined>;
+  /** Creates or overwrites the session's head row. */
+  putHead(session: SessionId, head: SessionHead): Awaitable<void>;
+  /** Inserts the event and returns its sequence (one global sequence, never reused). */
+  insertEvent(draft: EventDraft, recordedAt: number): Awaitable<number>;
+  eventByDedupe(session: SessionId, dedupeKey: string): Awaitable<SignalEvent | undefined>;
+  eventBySequence(sequence: number): Awaitable<SignalEvent | undefined>;
+  /** Events after `after`, oldest first, at most `limit`. */
+  eventsAfter(session: SessionId, after: number, limit: number): Awaitable<SignalEvent[]>;
+  /** The lowest sequence still in the session's log; 0 when it holds none. */
+  earliestSequence(session: SessionId): Awaitable<number>;
+  /** Removes the session's events and its head; returns how many events went. */
+  deleteLog(session: SessionId): Awaitable<number>;
+
+  // Retention
+  countEvents(): Awaitable<number>;
+  /** The sequence of the n-th newest event (0-based); undefined when there are fewer. */
+  nthNewestSequence(n: number): Awaitable<number | undefined>;
+  /** Oldest first: events below `belowSequence` or recorded before `recordedBefore`. */
+  expiredEvents(belowSequence: number, recordedBefore: number, limit: number): Awaitable<EventPlace[]>;
+  deleteEvents(sequences: readonly number[]): Awaitable<void>;
+}
+
+// ---- Session registry (SPEC §1, §4) -----------------------------------------------------------
+
+/** Every stored column of a session row (children and stateVersion are derived). */
+export interface SessionFields {
+  agentId: string;
+  sessionKey: string;
+  sessionId: string;
+  kind: SessionKind;
+  channel: string;
+  label: string;
+  parentAgentId: string;
+  parentKey: string;
+  model: string;
+  contextTokens: number;
+  totalTokens: number;
+  runStatus: RunStatus;
+  lastRunAborted: boolean;
+  archived: boolean;
+  pinned: boolean;
+  origin?: DeliveryRoute;
+  deliveryContext?: DeliveryRoute;
+  sidebarIcon: string;
+  thinkingLevel: string;
+  createdAt: number;
+  updatedAt: number;
+}
+
+export interface RegistryRows {
+  /** The session with its children and stateVersion. */
+  session(session: SessionId): Awaitable<SessionRecord | undefined>;
+  /** The stored columns only (no derived fields). */
+  sessionFields(session: SessionId): Awaitable<SessionFields | undefined>;
+  /** The session that currently has this session id. */
+  sessionWithId(sessionId: string): Awaitable<SessionId | undefined>;
+  insertSession(fields: SessionFields): Awaitable<void>;
+  updateSession(fields: SessionFields): Awaitable<void>;
+  touchSession(session: SessionId, updatedAt: number): Awaitable<void>;
+  deleteSession(session: SessionId): Awaitable<boolean>;
+  /** Matching sessions, newest update first, at most `filter.limit`. */
+  listSessions(filter: SessionFilter): Awaitable<SessionRecord[]>;
+  /** Those of `sessions` that have a parent (for the wake flag of their notices). */
+  sessionsWithParent(sessions: readonly SessionId[]): Awaitable<SessionId[]>;
+  /** The parent chain, parent first, at most `maxDepth` long (cycle-safe). */
+  ancestorsOf(session: SessionId, maxDepth: number): Awaitable<SessionId[]>;
+  /** The session whose current or an earlier transcript has this session id (current first, then newest). */
+  findSessionId(sessionId: string): Awaitable<TranscriptRef | undefined>;
+}
+
+// ---- Watch cursors (SPEC §3.1, §3.2) ------------------------------------------------------------
+
+/** A page position: list after this key (exclusive). */
+export interface CursorPage {
+  after?: { watcherKey: string; targetAgentId: string; targetKey: string };
+  limit: number;
+}
+
+export type WatcherSelector = { agentId: string } | { watcherKeys: string[] };
+
+export interface CursorRows {
+  cursor(watcherKey: string, target: SessionId): Awaitable<WatchCursor | undefined>;
+  /** Inserts unless the (watcher, target) cursor exists; true when inserted. */
+  insertCursor(cursor: WatchCursor): Awaitable<boolean>;
+  saveCursor(cursor: WatchCursor): Awaitable<void>;
+  deleteCursor(watcherKey: string, target: SessionId): Awaitable<boolean>;
+  deleteCursorsOfWatcher(watcherKey: string): Awaitable<number>;
+  deleteCursorsOnTarget(target: SessionId): Awaitable<number>;
+  /** Ordered by watcher key. */
+  cursorsOnTarget(target: SessionId, page: CursorPage): Awaitable<WatchCursor[]>;
+  /** Ordered by target (agent, key). */
+  cursorsOfWatcher(watcherKey: string, page: CursorPage): Awaitable<WatchCursor[]>;
+  /** The targets a watcher has cursors on. */
+  targetsOfWatcher(watcherKey: string): Awaitable<SessionId[]>;
+  countOnTarget(target: SessionId): Awaitable<number>;
+  hasCursorOnTarget(target: SessionId): Awaitable<boolean>;
+  /**
+   * Cursors on the target with no pending notice (notified <= last seen), ordered by watcher
+   * key, after `afterWatcher`. Served by a partial index, so a target whose watchers all
+   * have a notice pending costs nothing here.
+   */
+  idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): Awaitable<WatchCursor[]>;
+  /** Cursors with a pending notice (notified > last seen) of the selected watchers. */
+  pendingCursors(selector: WatcherSelector): Awaitable<WatchCursor[]>;
+  /** Pending cursors ordered by (watcher, target), after `after`. */
+  pendingCursorsPage(page: CursorPage): Awaitable<WatchCursor[]>;
+  countPending(): Awaitable<number>;
+  /** Targets with an idle cursor whose last seen is below the target's material mark. */
+  targetsBehindMaterial(): Awaitable<SessionId[]>;
+  /** Removes cursors not touched since `updatedBefore`; returns how many. */
+  expireCursors(updatedBefore: number): Awaitable<number>;
+}
+
+// ---- Transcripts (SPEC §4 sessions_history / sessions_search) -----------------------------------
+
+export interface TranscriptRow {
+  id: number;
+  lastSequence: number;
+}
+
+export interface TranscriptRows {
+  transcript(session: SessionId, sessionId: string): Awaitable<TranscriptRow | undefined>;
+  insertTranscript(session: SessionId, sessionId: string, createdAt: number): Awaitable<number>;
+  setLastSequence(transcriptId: number, lastSequence: number): Awaitable<void>;
+  /** The sequence of a message id already in the transcript. */
+  messageSequence(transcriptId: number, messageId: string): Awaitable<number | undefined>;
+  insertMessage(transcriptId: number, sequence: number, draft: MessageDraft, appendedAt: number): Awaitable<void>;
+  /** Messages at or below `asOf` (tool-only ones only with includeTools). */
+  countMessages(transcriptId: number, asOf: number, includeTools: boolean): Awaitable<number>;
+  /** Newest first. */
+  messagesWindow(transcriptId: number, asOf: number, includeTools: boolean, limit: number, offset: number): Awaitable<StoredMessage[]>;
+  firstUserMessage(transcriptId: number): Awaitable<StoredMessage | undefined>;
+  /** Newest first, tool-only messages left out. */
+  lastMessages(transcriptId: number, limit: number): Awaitable<StoredMessage[]>;
+  /** The newest user messages of the session's current transcript, newest first. */
+  recentUserMessages(session: SessionId, limit: number): Awaitable<StoredMessage[]>;
+  /**
+   * Full-text phrase search over indexed text, newest first, in current transcripts of
+   * sessions in scope, at most `limit` (the caller asks one more to learn truncation).
+   */
+  search(query: SearchQuery): Awaitable<SearchHitRecord[]>;
+  /** Removes every transcript of the session (all session ids). */
+  deleteTranscriptsOf(session: SessionId): Awaitable<void>;
+}
+
+// ---- Settings (SPEC §4 sessions patch, groups, model revert) ----------------------------------------
+
+export interface SettingsRows {
+  selection(session: SessionId): Awaitable<ModelSelection | undefined>;
+  putSelection(session: SessionId, selection: ModelSelection): Awaitable<void>;
+  dropSelection(session: SessionId): Awaitable<void>;
+  groupCatalog(): Awaitable<GroupCatalog>;
+  /** Replaces the ordered list and stores the catalog's new version. */
+  putGroupCatalog(catalog: GroupCatalog, updatedAt: number): Awaitable<void>;
+}
+
+// ---- Upstream links (SPEC §5) ----------------------------------------------------------------------
+
+export interface LinkRowChange {
+  nodeId: string;
+  kind: UpstreamKind;
+  ref: string;
+  actorId: string;
+  marker: Uint8Array;
+  markerVersion: number;
+  consecutiveMisses: number;
+  lastStatus?: CheckStatus;
+  lastCheckedAt?: number;
+  lastError: string;
+  refreshedAt: number;
+}
+
+export interface UpstreamRows {
+  link(linkId: string): Awaitable<UpstreamLink | undefined>;
+  linkOfThread(session: SessionId, catalog: string, threadId: string): Awaitable<UpstreamLink | undefined>;
+  insertLink(link: UpstreamLink): Awaitable<void>;
+  updateLink(linkId: string, change: LinkRowChange): Awaitable<void>;
+  deleteLink(linkId: string): Awaitable<boolean>;
+  deleteLinksOf(session: SessionId): Awaitable<number>;
+  /** Ordered by (agent, session key, link id), at most `filter.limit`. */
+  listLinks(filter: LinkFilter): Awaitable<UpstreamLink[]>;
+  /** Links whose session some watcher cursor watches, ordered by link id. */
+  watchedLinks(): Awaitable<UpstreamLink[]>;
+}

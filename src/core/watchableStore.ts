@@ -1,0 +1,154 @@
+/**
+ * The storage every domain module writes through. It wraps each write transaction and is
+ * the one place notices leave (after commit), like etcd's watchable store, whose write
+ * transaction notifies its watchers when it ends:
+ *
+ * - a unit of work runs against the backend's rows inside one transaction and queues the
+ *   notices its cursor transitions produced (noticeProtocol.ts);
+ * - before the commit, other service processes are told which agents have news (a wake-up,
+ *   never the notice itself: the cursor rows are the truth, SPEC §7);
+ * - after the commit, `publish` hands the notices to this process's subscribers, and a
+ *   fan-out the unit left unfinished (a target with more idle watchers than one unit
+ *   freezes) goes on in short transactions of its own.
+ *
+ * A unit that fails commits nothing and publishes nothing.
+ */
+import type { SessionId } from "./keys.js";
+import { watcherAgentId } from "./keys.js";
+import type { Notice } from "./model.js";
+import { NoticeBus } from "./noticeBus.js";
+import type { Storage, Tx, WriteOptions } from "./storage.js";
+import type { CoreMetrics } from "./metrics.js";
+import { NO_METRICS } from "./metrics.js";
+
+/** What a write unit sees: the transaction, the service time, and where its notices go. */
+export interface WriteContext {
+  readonly tx: Tx;
+  /** The service clock at the start of the unit (ms since the epoch). */
+  readonly now: number;
+  /** Queues notices to publish once the transaction commits. */
+  queue(notices: readonly Notice[]): void;
+  /** A fan-out on `target` stopped after `afterWatcher`; it goes on after the commit. */
+  continueFanOut(target: SessionId, afterWatcher: string): void;
+}
+
+/** Runs the rest of a fan-out: one short write unit per call; returns where to go on, or undefined when done. */
+export type FanOutStep = (ctx: WriteContext, target: SessionId, afterWatcher: string) => Promise<string | undefined>;
+
+class UnitContext implements WriteContext {
+  readonly notices: Notice[] = [];
+  readonly fanOuts: { target: SessionId; after: string }[] = [];
+  constructor(
+    readonly tx: Tx,
+    readonly now: number,
+  ) {}
+  queue(notices: readonly Notice[]): void {
+    for (const n of notices) this.notices.push(n);
+  }
+  continueFanOut(target: SessionId, afterWatcher: string): void {
+    this.fanOuts.push({ target, after: afterWatcher });
+  }
+}
+
+const targetId = (t: SessionId) => `${t.agentId}\u0000${t.sessionKey}`;
+
+export class WatchableStore {
+  /** This process's live notice subscribers. */
+  readonly bus = new NoticeBus();
+  private fanOutStep?: FanOutStep;
+  /** Unfinished fan-outs: target → where to go on (the lowest watcher key asked for). */
+  private readonly fanOutQueue = new Map<string, { target: SessionId; after: string }>();
+  private fanOutRunning?: Promise<void>;
+  private closed = false;
+
+  constructor(
+    readonly storage: Storage,
+    private readonly clock: () => number,
+    readonly metrics: CoreMetrics = NO_METRICS,
+    /** Where a failed background step is reported (the fan-out resumes at the next start-up). */
+    private readonly onBackgroundError: (err: unknown) => void = () => {},
+  ) {}
+
+  /** The fan-out continuation (noticeProtocol.ts registers it; kept out of this module's imports). */
+  setFanOutStep(step: FanOutStep): void {
+    this.fanOutStep = step;
+  }
+
+  read<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
+    return this.storage.read(unit);
+  }
+
+  async write<T>(unit: (ctx: WriteContext) => Promise<T>, options?: WriteOptions): Promise<T> {
+    let ctx!: UnitContext;
+    const result = await this.storage.write(async (tx) => {
+      // A fresh context per attempt: a retried unit queues its notices again.
+      ctx = new UnitContext(tx, this.clock());
+      const value = await unit(ctx);
+      if (ctx.notices.length > 0) await tx.announce(agentsOf(ctx.notices));
+      return value;
+    }, options);
+    this.publish(ctx);
+    return result;
+  }
+
+  /** The one publish point: committed notices to local subscribers, then unfinished fan-outs. */
+  private publish(ctx: UnitContext): void {
+    if (ctx.notices.length > 0) {
+      this.metrics.noticesQueued(ctx.notices.length);
+      this.bus.publish(ctx.notices);
+    }
+    for (const f of ctx.fanOuts) this.scheduleFanOut(f.target, f.after);
+  }
+
+  /** Continues (or starts, with "") the fan-out of a target after commit. */
+  scheduleFanOut(target: SessionId, afterWatcher: string): void {
+    if (this.closed) return;
+    const id = targetId(target);
+    const queued = this.fanOutQueue.get(id);
+    if (queued) {
+      if (afterWatcher < queued.after) queued.after = afterWatcher;
+    } else {
+      this.fanOutQueue.set(id, { target, after: afterWatcher });
+    }
+    this.fanOutRunning ??= this.runFanOuts().finally(() => (this.fanOutRunning = undefined));
+  }
+
+  /** One short transaction per step, yielding to other work in between. */
+  private async runFanOuts(): Promise<void> {
+    const step = this.fanOutStep;
+    if (!step) return;
+    while (this.fanOutQueue.size > 0 && !this.closed) {
+      const [id, next] = this.fanOutQueue.entries().next().value as [string, { target: SessionId; after: string }];
+      this.fanOutQueue.delete(id);
+      await new Promise<void>((resolve) => setImmediate(resolve));
+      try {
+        const resume = await this.write((ctx) => step(ctx, next.target, next.after), { lock: [next.target] });
+        if (resume !== undefined) this.scheduleFanOutLater(next.target, resume);
+      } catch (err) {
+        this.onBackgroundError(err);
+      }
+    }
+  }
+
+  private scheduleFanOutLater(target: SessionId, after: string): void {
+    const id = targetId(target);
+    const queued = this.fanOutQueue.get(id);
+    if (queued) queued.after = after < queued.after ? after : queued.after;
+    else this.fanOutQueue.set(id, { target, after });
+  }
+
+  /** Resolves once no fan-out is queued or running (tests, shutdown). */
+  async settled(): Promise<void> {
+    while (this.fanOutRunning) await this.fanOutRunning;
+  }
+
+  async close(): Promise<void> {
+    await this.settled();
+    this.closed = true;
+    await this.storage.close();
+  }
+}
+
+function agentsOf(notices: readonly Notice[]): string[] {
+  return [...new Set(notices.map((n) => watcherAgentId(n.watcherKey) ?? ""))];
+}
