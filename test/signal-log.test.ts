@@ -1,8 +1,8 @@
 /**
- * Core rules of the signal log (SPEC §2, §3.3, §3.4) on a real SQLite file: sequences,
- * heads, dedupe, occurredAt clamping, the human-turn gate, retention and exact history gaps.
+ * Core rules of the signal log (SPEC §2, §3.3, §3.4) on a real database of each backend:
+ * sequences, heads, dedupe, occurredAt clamping, the human-turn gate, retention and exact
+ * history gaps.
  */
-import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { DomainError } from "../src/core/errors.js";
 import { DAY_MS } from "../src/core/signalLog.js";
@@ -12,8 +12,8 @@ const CHILD = "agent:main:subagent:child";
 const MAIN = "agent:main:main";
 
 let f: CoreFixture;
-beforeEach(() => {
-  f = openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 50_000 });
+beforeEach(async () => {
+  f = await openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 50_000 });
 });
 afterEach(async () => f.dispose());
 
@@ -45,9 +45,7 @@ describe("sequences", () => {
 
   it("are never reused after the newest row is deleted by hand", async () => {
     const [, last] = await appendN(MAIN, 2);
-    const raw = new Database(f.dbPath);
-    raw.prepare("DELETE FROM session_state_events WHERE sequence = ?").run(last.sequence);
-    raw.close();
+    await f.raw.run("DELETE FROM session_state_events WHERE sequence = ?", last.sequence);
     await f.reopen();
     const [next] = await f.core.appendEvents([event(MAIN)]);
     expect(next.sequence).toBeGreaterThan(last.sequence);
@@ -203,7 +201,7 @@ describe("retention and history gaps", () => {
 
   it("prunes the oldest rows beyond the row limit, across sessions", async () => {
     await f.dispose();
-    f = openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 4 });
+    f = await openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 4 });
     const a = await appendN("agent:main:a", 3);
     const b = await appendN("agent:main:b", 3);
     const report = await f.core.pruneSignalLog();
@@ -235,9 +233,7 @@ describe("retention and history gaps", () => {
       mine.push((await f.core.appendEvents([event(MAIN)]))[0].sequence);
       await f.core.appendEvents([event("agent:main:noise")]); // makes MAIN's sequences sparse
     }
-    const raw = new Database(f.dbPath);
-    raw.prepare("DELETE FROM session_state_events WHERE sequence = ?").run(mine[1]);
-    raw.close();
+    await f.raw.run("DELETE FROM session_state_events WHERE sequence = ?", mine[1]);
     const page = (await f.core.getStatus({ sessionKey: MAIN, agentId: "" }, 0)).changes!;
     expect(page.historyGap).toBe(false);
     expect(page.events.map((e) => e.sequence)).toEqual([mine[0], mine[2], mine[3]]);
@@ -258,20 +254,6 @@ describe("retention and history gaps", () => {
     f.clock.now += 2 * DAY_MS;
     expect((await f.core.pruneSignalLog()).removedCursors).toBe(1);
     expect(await f.core.listCursors({ watcherKey: MAIN })).toEqual([]);
-  });
-});
-
-describe("storage settings", () => {
-  it("runs SQLite in WAL mode with a busy timeout and synchronous=NORMAL", async () => {
-    const db = new Database(f.dbPath, { readonly: true });
-    expect(db.pragma("journal_mode", { simple: true })).toBe("wal");
-    db.close();
-    // The store's own connection: reach it through a second open with the same helper.
-    const probe = openCore();
-    const raw = (probe.core.store.storage as unknown as { db: Database.Database }).db;
-    expect(raw.pragma("busy_timeout", { simple: true })).toBe(5000);
-    expect(raw.pragma("synchronous", { simple: true })).toBe(1);
-    await probe.dispose();
   });
 });
 

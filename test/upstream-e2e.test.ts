@@ -19,7 +19,7 @@ import { MessageRole } from "../gen/sessionstate/v1/message_pb.js";
 import { SessionKind } from "../gen/sessionstate/v1/session_pb.js";
 import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
 import { CheckStatus, UpstreamKind, UpstreamService, type UpstreamLink } from "../gen/sessionstate/v1/upstream_pb.js";
-import { startTestServer, transportFor, type TestServer } from "./support/harness.js";
+import { startTestServer, tempDir, transportFor, type TestServer } from "./support/harness.js";
 import { NoticeStream, barrier } from "./support/notices.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
@@ -45,7 +45,9 @@ async function freePort(): Promise<number> {
 async function serve(options: Parameters<typeof startTestServer>[0] = {}) {
   t = await startTestServer({ upstreamIntervalMs: INTERVAL_MS, ...options });
   connectClients();
-  root = join(t.dir, "transcripts");
+  const scratch = tempDir("upstream-e2e-");
+  cleanups.push(() => scratch.remove());
+  root = join(scratch.path, "transcripts");
   await mkdir(join(root, "project"), { recursive: true });
 }
 
@@ -54,12 +56,15 @@ function connectClients() {
   transcripts = createClient(TranscriptService, transportFor(t.url));
 }
 
+const cleanups: (() => void)[] = [];
+
 afterEach(async () => {
   for (const child of children.splice(0)) {
     if (child.exitCode === null && child.signalCode === null) process.kill(child.pid!, "SIGKILL");
   }
   await notices?.close();
   await t?.stop();
+  for (const c of cleanups.splice(0)) c();
 });
 
 /** Starts the reference Node agent as a child process; its log lines are kept for failures. */

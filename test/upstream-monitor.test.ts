@@ -5,19 +5,17 @@
  * which links are probed. Reports are built here as a Node would send them; the last block
  * runs the real transcript check on fixture files written by this test.
  */
-import Database from "better-sqlite3";
 import { appendFile, mkdir, rm, writeFile } from "node:fs/promises";
 import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import type { SessionId } from "../src/core/keys.js";
 import type { Notice } from "../src/core/model.js";
 import { SessionState } from "../src/core/sessionState.js";
-import { openSqliteStorage } from "../src/core/sqlite/database.js";
-import type { SqliteStorage } from "../src/core/sqlite/storage.js";
 import type { CheckReport, HumanTurn, RecentUserMessages, UpstreamLink } from "../src/core/upstream/model.js";
 import { UpstreamMonitor, type LinkRequest } from "../src/core/upstream/monitor.js";
 import { activityDedupeKey, isSelfEcho, normalizeWhitespace } from "../src/core/upstream/rules.js";
 import { checkTranscriptLink, decodeMarker, resolveRef } from "../src/upstream/check.js";
+import { openCore, type CoreFixture } from "./support/core.js";
 import { tempDir } from "./support/harness.js";
 
 const SESSION = "agent:main:adopted";
@@ -35,25 +33,25 @@ class RecentMessages implements RecentUserMessages {
 }
 
 let dir: ReturnType<typeof tempDir>;
-let db: Database.Database;
+let f: CoreFixture;
 let core: SessionState;
 let monitor: UpstreamMonitor;
 let recent: RecentMessages;
 let notices: Notice[];
 const clock = { now: Date.UTC(2026, 10, 1, 12) };
 
-beforeEach(() => {
+beforeEach(async () => {
   dir = tempDir("upstream-monitor-");
-  const storage: SqliteStorage = openSqliteStorage({ path: join(dir.path, "state.db") });
-  db = storage.db;
-  core = new SessionState({ storage, clock: () => clock.now });
+  f = await openCore();
+  f.clock.now = clock.now;
+  core = f.core;
   recent = new RecentMessages();
   monitor = new UpstreamMonitor({ state: core, recentMessages: recent, localCatalog: true });
   notices = [];
   core.subscribeNotices({ agentId: "main" }, (n) => notices.push(n));
 });
 afterEach(async () => {
-  await core.close();
+  await f.dispose();
   dir.remove();
 });
 
@@ -285,10 +283,16 @@ describe("retries and atomicity", () => {
 
   it("the marker is committed only with its event: a failed append leaves the marker where it was", async () => {
     const link = await watchedLink();
-    db.exec(`CREATE TEMP TRIGGER refuse_events BEFORE INSERT ON session_state_events BEGIN SELECT RAISE(ABORT, 'disk full'); END;`);
+    // The database refuses the event (as on a full disk): a trigger that fails every insert.
+    if (f.backend === "sqlite") {
+      await f.raw.run(`CREATE TRIGGER refuse_events BEFORE INSERT ON session_state_events BEGIN SELECT RAISE(ABORT, 'disk full'); END`);
+    } else {
+      await f.raw.run(`CREATE FUNCTION refuse_events() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$`);
+      await f.raw.run(`CREATE TRIGGER refuse_events BEFORE INSERT ON session_state_events FOR EACH ROW EXECUTE FUNCTION refuse_events()`);
+    }
     await expect(monitor.record(found(link, [turn("hi")], "m1"))).rejects.toThrow(/disk full/);
     expect(await current(link)).toMatchObject({ marker: bytes("m0"), markerVersion: link.markerVersion });
-    db.exec(`DROP TRIGGER refuse_events`);
+    await f.raw.run(f.backend === "sqlite" ? `DROP TRIGGER refuse_events` : `DROP TRIGGER refuse_events ON session_state_events`);
     expect(await monitor.record(found(link, [turn("hi")], "m1"))).toMatchObject({ result: "committed", humanTurns: 1 });
     expect((await events()).filter((e) => e.kind === "human_direct_message")).toHaveLength(1);
   });

@@ -390,10 +390,8 @@ describe("restart recovery", () => {
     const spawn = await spawnChild();
     const change = await human(CHILD);
     await t.server.close();
-    // As if the process died after raising the material mark but before freezing the notice.
-    const raw = new Database(t.dbPath);
-    raw.prepare("UPDATE session_watch_cursors SET notified = last_seen").run();
-    raw.close();
+    // As if the process died after the event committed but before the fan-out froze the notice.
+    await t.raw.run("UPDATE session_watch_cursors SET notified = last_seen");
     await t.restart();
     const stream = subscribe({ agentId: "main" });
     await stream.ready();

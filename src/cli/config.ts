@@ -2,6 +2,7 @@
  * Server configuration from flags and environment. A flag wins over its variable, and a
  * variable over the default. Every value is checked, with an error naming the flag.
  */
+import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import { DAY_MS } from "../core/signalLog.js";
 import type { LogLevel } from "../server/logger.js";
@@ -25,7 +26,9 @@ export interface Setting {
 export const SETTINGS: Setting[] = [
   { flag: "host", env: "SESSIONSTATE_HOST", description: "Interface to bind", default: DEFAULTS.host },
   { flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
-  { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file", default: DEFAULTS.databasePath },
+  { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
+  { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
+  { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watchers (cursors) one session may have; Watch beyond it is RESOURCE_EXHAUSTED", default: "10000" },
   { flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
   { flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
   { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
@@ -66,7 +69,9 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
   return {
     host: value("host"),
     port: int("port", 0, 65535),
-    databasePath: value("db"),
+    databasePath: database(value("db")),
+    poolSize: int("pg-pool-size", 1, 1000),
+    maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
     retention: { maxAgeMs: int("retention-days", 1, 36500) * DAY_MS, maxRows: int("retention-rows", 1, 1_000_000_000) },
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
@@ -80,6 +85,21 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamRoot: upstreamRoot(value("upstream-root")),
     redactPatterns: redactPatterns(value("redact-patterns")),
   };
+}
+
+/** A file path, or a postgres:// URL that parses (its password is never echoed). */
+function database(db: string): string {
+  if (db === "") throw new ConfigError("--db: must not be empty");
+  if (isPostgresUrl(db)) {
+    let url: URL;
+    try {
+      url = new URL(db);
+    } catch {
+      throw new ConfigError("--db: not a valid postgres:// URL (expected postgres://user@host:port/dbname)");
+    }
+    if (url.pathname.length <= 1) throw new ConfigError(`--db: ${describeDatabase(db)} names no database (expected postgres://user@host:port/dbname)`);
+  }
+  return db;
 }
 
 /** A JSON array of regular expressions, each compiled now so a bad one fails at start-up. */

@@ -1,28 +1,33 @@
 /**
- * In-process fan-out of freshly queued notices to live subscribers. Durable truth stays in
- * the cursors: a subscriber that misses something here gets it again on re-subscribe.
+ * In-process fan-out of freshly committed notices to this process's live subscribers.
+ * Durable truth stays in the cursors: a subscriber that misses something here gets it again
+ * on re-subscribe, or when it is woken to re-read (another replica committed notices for
+ * its agent, or the process was out of touch with the database).
  */
 import type { Notice } from "./model.js";
 import type { WatcherSelector } from "./storage.js";
 import { watcherAgentId } from "./keys.js";
 
 export type NoticeListener = (notice: Notice) => void;
+/** Re-read the pending notices: some may have been committed elsewhere. */
+export type ResyncListener = () => void;
 
 interface Subscription {
   agentId?: string;
   watcherKeys?: ReadonlySet<string>;
   listener: NoticeListener;
+  resync?: ResyncListener;
 }
 
 export class NoticeBus {
   private readonly byAgent = new Map<string, Set<Subscription>>();
 
   /** Returns the function that ends the subscription. */
-  subscribe(selector: WatcherSelector, listener: NoticeListener): () => void {
+  subscribe(selector: WatcherSelector, listener: NoticeListener, resync?: ResyncListener): () => void {
     const sub: Subscription =
       "agentId" in selector
-        ? { agentId: selector.agentId, listener }
-        : { watcherKeys: new Set(selector.watcherKeys), listener };
+        ? { agentId: selector.agentId, listener, resync }
+        : { watcherKeys: new Set(selector.watcherKeys), listener, resync };
     // Index by agent so a publish only visits subscribers that could match.
     const agents =
       "agentId" in selector
@@ -51,6 +56,14 @@ export class NoticeBus {
         sub.listener(notice);
       }
     }
+  }
+
+  /** Asks the subscribers of these agents (or all) to re-read their pending notices. */
+  wake(agents: readonly string[] | "all"): void {
+    const subs = new Set<Subscription>();
+    if (agents === "all") for (const set of this.byAgent.values()) for (const s of set) subs.add(s);
+    else for (const agent of agents) for (const s of this.byAgent.get(agent) ?? []) subs.add(s);
+    for (const s of subs) s.resync?.();
   }
 
   get subscriberCount(): number {

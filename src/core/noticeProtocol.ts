@@ -56,11 +56,6 @@ export function watcherIsChild(watcherKey: string, hasParent: boolean): boolean 
   return hasParent || isNestedSessionKey(watcherKey);
 }
 
-/** The identity of a notice on one stream: the same watcher, target and text is the same notice. */
-export function noticeIdentity(n: Pick<Notice, "watcherKey" | "targetAgentId" | "targetKey" | "changesSince">): string {
-  return `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}\u0000${n.changesSince}`;
-}
-
 const sessionOfWatcher = (watcherKey: string): SessionId => ({ agentId: watcherAgentId(watcherKey) ?? "", sessionKey: watcherKey });
 
 /** The notices of pending cursors (one batched parent lookup for the wake flag). */

@@ -29,7 +29,7 @@ import type {
   SessionRecord,
   WatchCursor,
 } from "./model.js";
-import type { NoticeListener } from "./noticeBus.js";
+import type { NoticeListener, ResyncListener } from "./noticeBus.js";
 import { DEFAULT_MAX_WATCHERS_PER_TARGET, expireIdleCursors, unwatch, watchAtHead, watchRefusal } from "./cursors.js";
 import type { CoreMetrics } from "./metrics.js";
 import {
@@ -150,6 +150,7 @@ export class SessionState {
   readonly maxWatchersPerTarget: number;
   private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
+  private readonly stopWakeups: () => void;
 
   constructor(options: SessionStateOptions) {
     this.serviceClock = new ServiceClock(
@@ -159,6 +160,8 @@ export class SessionState {
     this.clock = () => this.serviceClock.now();
     this.store = new WatchableStore(options.storage, this.clock, options.metrics, options.onBackgroundError);
     installFanOut(this.store);
+    // Another replica committed notices for these agents: local subscribers re-read.
+    this.stopWakeups = options.storage.onWakeup((agents) => this.store.bus.wake(agents));
     this.retention = options.retention ?? DEFAULT_RETENTION;
     this.maxWatchersPerTarget = options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET;
   }
@@ -384,8 +387,12 @@ export class SessionState {
     return this.store.read((tx) => pendingNotices(tx, selector));
   }
 
-  subscribeNotices(selector: WatcherSelector, listener: NoticeListener): () => void {
-    return this.store.bus.subscribe(selector, listener);
+  /**
+   * Live notices of the selected watchers as they commit in this process; `resync` runs when
+   * some may have committed elsewhere (another replica), so the subscriber re-reads pending.
+   */
+  subscribeNotices(selector: WatcherSelector, listener: NoticeListener, resync?: ResyncListener): () => void {
+    return this.store.bus.subscribe(selector, listener, resync);
   }
 
   async ackNotices(watcherKey: string, acks: NoticeAckRequest[]): Promise<AckOutcome[]> {
@@ -447,6 +454,7 @@ export class SessionState {
   }
 
   async close(): Promise<void> {
+    this.stopWakeups();
     await this.store.close();
   }
 }

@@ -53,8 +53,27 @@ export interface Storage {
   read<T>(unit: (tx: Tx) => Promise<T>): Promise<T>;
   /** A unit of work in one transaction; retried whole when the backend reports a transient conflict. */
   write<T>(unit: (tx: Tx) => Promise<T>, options?: WriteOptions): Promise<T>;
+  /**
+   * Wake-ups from other service processes: these agents' watchers may have new notices, or
+   * "all" after this process was out of touch (it reconnected). Only a shared backend has
+   * other processes; the embedded one never calls the listener.
+   */
+  onWakeup(listener: (agents: readonly string[] | "all") => void): () => void;
+  /** Whether this process runs the singleton job `job` now (pruning, the upstream tick). */
+  leadership(job: SingletonJob): Leadership;
+  /** Whether the database answers a trivial query now (readiness). */
+  ping(): Promise<boolean>;
   /** Closes the connection(s); waits for queued writes first. */
   close(): Promise<void>;
+}
+
+export type SingletonJob = "prune" | "upstream";
+
+/** One process at a time runs a singleton job; another takes over when it goes. */
+export interface Leadership {
+  /** Whether this process leads now; tries to take the lead when nobody holds it. */
+  isLeader(): Promise<boolean>;
+  release(): Promise<void>;
 }
 
 /** One transaction's row operations, by concept. */

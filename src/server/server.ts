@@ -9,7 +9,9 @@ import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
-import { openSqliteStorage, type Synchronous } from "../core/sqlite/database.js";
+import { describeDatabase, openStorage } from "../core/openStorage.js";
+import type { Synchronous } from "../core/sqlite/database.js";
+import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/signalLog.js";
@@ -31,8 +33,12 @@ export interface ServerOptions {
   host?: string;
   /** TCP port; 0 picks a free one (read it back from `port`). Default 8080. */
   port?: number;
-  /** SQLite file; default ./data/sessionstate.db. */
+  /** SQLite file, or a postgres:// URL for replicas; default ./data/sessionstate.db. */
   databasePath?: string;
+  /** PostgreSQL only: pooled connections per process; default 8. */
+  poolSize?: number;
+  /** How often database reachability is checked for health; default 1 s. */
+  healthCheckIntervalMs?: number;
   synchronous?: Synchronous;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
@@ -86,6 +92,7 @@ export const DEFAULTS = {
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
+  healthCheckIntervalMs: 1_000,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -95,7 +102,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
-  const storage = openSqliteStorage({ path: databasePath, synchronous: options.synchronous });
+  const storage = await openStorage({
+    db: databasePath,
+    synchronous: options.synchronous,
+    poolSize: options.poolSize,
+    log: (level, msg, fields) => logger.log(level, msg, fields),
+  });
   const core = new SessionState({
     storage,
     clock: options.clock,
@@ -126,10 +138,26 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // A start that fails from here on closes the database again (and frees its lock).
   const recovery = await core.recoverPendingNotices().catch(closeAnd(core));
   logger.info("pending notices recovered", { ...recovery });
-  await runPrune(core, logger);
+  await runPrune(core, storage, logger);
 
   const health = new HealthStatus();
-  for (const service of PRODUCT_SERVICES) health.set(service.typeName, HealthCheckResponse_ServingStatus.SERVING);
+  const setServing = (up: boolean) => {
+    const status = up ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING;
+    health.set("", status);
+    for (const service of PRODUCT_SERVICES) health.set(service.typeName, status);
+  };
+  setServing(true);
+  // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
+  let reachable = true;
+  const healthTimer = setInterval(() => {
+    void storage.ping().then((up) => {
+      if (up === reachable) return;
+      reachable = up;
+      setServing(up);
+      if (up) logger.info("database reachable again", { db: describeDatabase(databasePath) });
+      else logger.warn("database unreachable: health NOT_SERVING until it answers", { db: describeDatabase(databasePath) });
+    });
+  }, options.healthCheckIntervalMs ?? DEFAULTS.healthCheckIntervalMs).unref();
   const shutdown = new AbortController();
   // Every in-flight call links its own signal to this one: more than 10 at once is normal load,
   // not the listener leak Node would warn about (MaxListenersExceededWarning).
@@ -169,12 +197,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   }).catch(closeAnd(core));
   const address = server.address() as AddressInfo;
   const url = `${options.tls ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
-  logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"] });
+  logger.info("serving", { url, db: describeDatabase(databasePath), backend: storage.backend, protocols: ["connect", "grpc", "grpc-web"] });
   logExposure(logger, exposure.kind, url, options.tokens);
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
-    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, logger), pruneIntervalMs).unref() : undefined;
+    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, storage, logger), pruneIntervalMs).unref() : undefined;
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
@@ -182,6 +210,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const close = () =>
     (closing ??= (async () => {
       clearInterval(pruneTimer);
+      clearInterval(healthTimer);
       const upstreamStopped = upstreamLoop.stop();
       health.shutdown();
       // Handler signals abort: notice streams end with UNAVAILABLE so clients reconnect.
@@ -217,8 +246,10 @@ function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens
   else logger.warn("authentication off on a non-loopback address (--insecure): anyone who reaches the port may do anything", { url });
 }
 
-async function runPrune(core: SessionState, logger: Logger): Promise<void> {
+/** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7). */
+async function runPrune(core: SessionState, storage: Storage, logger: Logger): Promise<void> {
   try {
+    if (!(await storage.leadership("prune").isLeader())) return;
     const report = await core.pruneSignalLog();
     if (report.removedEvents > 0 || report.removedCursors > 0) logger.info("signal log pruned", { ...report });
   } catch (err) {

@@ -4,12 +4,13 @@
  * overflowed, and its stream ends with RESOURCE_EXHAUSTED; everything is recovered on
  * re-subscribe from the durable cursors.
  */
-export type Pulled<T> = { kind: "item"; item: T } | { kind: "idle" } | { kind: "overflow" } | { kind: "closed" };
+export type Pulled<T> = { kind: "item"; item: T } | { kind: "resync" } | { kind: "idle" } | { kind: "overflow" } | { kind: "closed" };
 
 export class SubscriberQueue<T> {
   private readonly items: T[] = [];
   private wake?: () => void;
   private overflowed = false;
+  private resyncRequested = false;
 
   /**
    * `onStalledOverflow` runs when the buffer overflows while nobody waits in pull(): the
@@ -33,10 +34,17 @@ export class SubscriberQueue<T> {
     this.wake?.();
   }
 
-  /** The next item; "idle" after `idleMs` without one; "closed" once `signal` aborts. */
+  /** Asks the consumer to re-read the source (coalesced: several requests give one "resync"). */
+  requestResync(): void {
+    if (this.overflowed) return;
+    this.resyncRequested = true;
+    this.wake?.();
+  }
+
+  /** The next item (or a resync request); "idle" after `idleMs` without one; "closed" once `signal` aborts. */
   async pull(signal: AbortSignal, idleMs: number): Promise<Pulled<T>> {
-    if (this.overflowed) return { kind: "overflow" };
-    if (this.items.length > 0) return { kind: "item", item: this.items.shift()! };
+    const ready = this.ready();
+    if (ready) return ready;
     if (signal.aborted) return { kind: "closed" };
     await new Promise<void>((resolve) => {
       const timer = setTimeout(done, idleMs);
@@ -49,8 +57,16 @@ export class SubscriberQueue<T> {
       }
     });
     this.wake = undefined;
+    return this.ready() ?? (signal.aborted ? { kind: "closed" } : { kind: "idle" });
+  }
+
+  private ready(): Pulled<T> | undefined {
     if (this.overflowed) return { kind: "overflow" };
     if (this.items.length > 0) return { kind: "item", item: this.items.shift()! };
-    return signal.aborted ? { kind: "closed" } : { kind: "idle" };
+    if (this.resyncRequested) {
+      this.resyncRequested = false;
+      return { kind: "resync" };
+    }
+    return undefined;
   }
 }

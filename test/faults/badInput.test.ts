@@ -26,7 +26,7 @@ import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
 import { createLogger } from "../../src/server/logger.js";
 import { PRODUCT_SERVICES } from "../../src/server/routes.js";
 import { startTestServer, type TestServer } from "../support/harness.js";
-import { fingerprint, rng, seedFor, type Fingerprint } from "./support/dbCheck.js";
+import { fingerprintOf, rng, seedFor, type Fingerprint } from "./support/dbCheck.js";
 
 const SEED = seedFor("test/faults/badInput.test.ts");
 const READ_MAX = 256 * 1024;
@@ -70,7 +70,7 @@ beforeAll(async () => {
   await t.state.appendEvents({
     events: [{ session: { sessionKey: "agent:fuzz:subagent:c" }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.HUMAN, summary: "goal" }],
   });
-  before = fingerprint(t.dbPath);
+  before = await fingerprintOf(t);
 });
 
 afterAll(async () => {
@@ -416,6 +416,6 @@ describe("bad input to every RPC over every protocol", () => {
     expect(statusOf("grpc", false, health).code).toBe("ok");
     console.log(`[badInput] seed=${SEED} requests=${[...counts.values()].reduce((a, b) => a + b, 0)} connections=${connections} answers: ${[...counts].map(([c, n]) => `${c}=${n}`).join(" ")}`);
     expect(logs.filter((l) => l.level === "error")).toEqual([]);
-    expect(fingerprint(t.dbPath)).toEqual(before);
+    expect(await fingerprintOf(t)).toEqual(before);
   });
 });

@@ -10,7 +10,6 @@ import { afterEach, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
 import { DAY_MS } from "../../src/core/signalLog.js";
 import { startTestServer, type TestServer } from "../support/harness.js";
-import { withReadOnly } from "./support/dbCheck.js";
 
 const HOUR = 3_600_000;
 const T0 = Date.UTC(2026, 5, 1);
@@ -51,10 +50,11 @@ async function append(summary: string): Promise<number> {
 }
 
 /** What is left of the log, oldest first: summary, sequence, recorded time. */
-function log(): { summary: string; sequence: number; recordedAt: number }[] {
-  return withReadOnly(t.dbPath, (db) =>
-    db.prepare("SELECT summary, sequence, recorded_at AS recordedAt FROM session_state_events ORDER BY sequence").all(),
-  ) as { summary: string; sequence: number; recordedAt: number }[];
+async function log(): Promise<{ summary: string; sequence: number; recordedAt: number }[]> {
+  const rows = await t.raw.all<{ summary: string; sequence: number | string; recorded_at: number | string }>(
+    "SELECT summary, sequence, recorded_at FROM session_state_events ORDER BY sequence",
+  );
+  return rows.map((r) => ({ summary: r.summary, sequence: Number(r.sequence), recordedAt: Number(r.recorded_at) }));
 }
 
 const prune = () => t.server.core.pruneSignalLog();
@@ -67,7 +67,7 @@ describe("wall-clock steps", () => {
     await append("b");
     c.elapse(HOUR);
     await append("c");
-    const rows = log();
+    const rows = await log();
     expect(rows.map((r) => r.summary)).toEqual(["a", "b", "c"]);
     for (let i = 1; i < rows.length; i++) {
       expect(rows[i].sequence).toBeGreaterThan(rows[i - 1].sequence);
@@ -89,10 +89,10 @@ describe("wall-clock steps", () => {
     await prune();
     // Both rows are five days old in elapsed time: nothing goes (had b been stamped with the
     // wrong clock, it would look ten days old now).
-    expect(log().map((r) => r.summary)).toEqual(["a", "b"]);
+    expect((await log()).map((r) => r.summary)).toEqual(["a", "b"]);
     c.elapse(5 * DAY_MS);
     await prune();
-    expect(log()).toEqual([]);
+    expect(await log()).toEqual([]);
     // Pruned to empty: the next sequence still goes on from the highest ever issued.
     expect(await append("c")).toBe(3);
   });
@@ -102,21 +102,21 @@ describe("wall-clock steps", () => {
     const a = await append("a");
     c.step(30 * DAY_MS);
     await prune();
-    expect(log().map((r) => r.summary)).toEqual(["a"]); // only a second has really passed
+    expect((await log()).map((r) => r.summary)).toEqual(["a"]); // only a second has really passed
     const b = await append("b");
     expect(b).toBeGreaterThan(a);
 
     c.elapse(10 * DAY_MS + HOUR);
     await prune();
     // a is now older than ten days in elapsed time and goes; b, stamped 30 days ahead, stays.
-    expect(log().map((r) => r.summary)).toEqual(["b"]);
+    expect((await log()).map((r) => r.summary)).toEqual(["b"]);
     const status = await t.state.getStatus({ session: { sessionKey: KEY }, changesSince: BigInt(a - 1) });
     expect(status.stateChanges!.historyGap).toBe(true);
     expect(status.stateVersion).toBe(BigInt(b));
 
     c.elapse(30 * DAY_MS);
     await prune();
-    expect(log()).toEqual([]);
+    expect(await log()).toEqual([]);
   });
 
   it("watch cursors expire by elapsed time too, not by a forward step", async () => {

@@ -144,8 +144,8 @@ interface Sut {
 
 const fromNotice = (n: Notice): PublishedNotice => ({ watcher: n.watcherKey, target: n.targetKey, changesSince: n.changesSince, notified: n.notifiedSequence });
 
-function coreSut(): Sut {
-  const f: CoreFixture = openCore(RETENTION);
+async function coreSut(): Promise<Sut> {
+  const f: CoreFixture = await openCore(RETENTION);
   f.clock.now = START;
   let published: PublishedNotice[] = [];
   const listen = () => f.core.subscribeNotices({ agentId: "m" }, (n) => published.push(fromNotice(n)));
@@ -432,10 +432,10 @@ afterAll(async () => {
 });
 
 describe("state machine: signal log, cursors and notices against a model", () => {
-  it("core over SQLite (restart = close and reopen)", { timeout: 120_000 }, async () => {
+  it("core over its backend (restart = close and reopen)", { timeout: 120_000 }, async () => {
     await fc.assert(
       fc.asyncProperty(fc.commands(commands, { maxCommands: 50, size: "max" }), async (cmds) => {
-        const sut = coreSut();
+        const sut = await coreSut();
         try {
           await registerAll(sut);
           await fc.asyncModelRun(() => ({ model: new Model(), real: sut }), cmds);
@@ -448,7 +448,7 @@ describe("state machine: signal log, cursors and notices against a model", () =>
   });
 
   it("prune to empty, then append: the next sequence is above every earlier one", async () => {
-    const sut = coreSut();
+    const sut = await coreSut();
     disposers.push(() => sut.dispose());
     await registerAll(sut);
     const m = new Model();

@@ -1,36 +1,46 @@
-/** Core-level fixture: SessionState over a real SQLite file in a temp dir, with a movable clock. */
-import { join } from "node:path";
+/** Core-level fixture: SessionState over a database of its own (backends.ts), with a movable clock. */
 import { SessionState, type AppendEventInput } from "../../src/core/sessionState.js";
-import { openSqliteStorage } from "../../src/core/sqlite/database.js";
+import { openStorage } from "../../src/core/openStorage.js";
 import type { RetentionPolicy } from "../../src/core/signalLog.js";
-import { tempDir } from "./harness.js";
+import type { Backend } from "../../src/core/storage.js";
+import { testBackend, type RawDatabase } from "./backends.js";
 
 export interface CoreFixture {
   core: SessionState;
-  dbPath: string;
+  backend: Backend;
+  /** The `--db` value of the fixture's database. */
+  db: string;
+  raw: RawDatabase;
   clock: { now: number };
-  /** Closes and reopens the same file, as a restart would. */
+  /** Closes and reopens the same database, as a restart would. */
   reopen(): Promise<SessionState>;
   dispose(): Promise<void>;
 }
 
-export function openCore(retention?: RetentionPolicy): CoreFixture {
-  const dir = tempDir();
-  const dbPath = join(dir.path, "state.db");
+export async function openCore(retention?: RetentionPolicy, options: { maxWatchersPerTarget?: number } = {}): Promise<CoreFixture> {
+  const database = await testBackend();
   const clock = { now: Date.UTC(2026, 10, 1) };
-  const open = () => new SessionState({ storage: openSqliteStorage({ path: dbPath }), clock: () => clock.now, retention });
+  const open = async () =>
+    new SessionState({
+      storage: await openStorage({ db: database.db, poolSize: 4 }),
+      clock: () => clock.now,
+      retention,
+      maxWatchersPerTarget: options.maxWatchersPerTarget,
+    });
   const fixture: CoreFixture = {
-    core: open(),
-    dbPath,
+    core: await open(),
+    backend: database.backend,
+    db: database.db,
+    raw: database.raw,
     clock,
     async reopen() {
       await fixture.core.close();
-      fixture.core = open();
+      fixture.core = await open();
       return fixture.core;
     },
     async dispose() {
       await fixture.core.close();
-      dir.remove();
+      await database.dispose();
     },
   };
   return fixture;

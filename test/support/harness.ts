@@ -1,12 +1,15 @@
 /**
- * Test harness: a real server on a free port over a real SQLite file in a temp dir, and
- * generated clients over each of the three protocols.
+ * Test harness: a real server on a free port over a database of its own (a SQLite file in a
+ * temp dir, or a fresh PostgreSQL schema: test/support/backends.ts), and generated clients
+ * over each of the three protocols.
  */
 import { Code, ConnectError, createClient, type Client, type Transport } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, createGrpcWebTransport } from "@connectrpc/connect-node";
 import { mkdtempSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import type { Backend } from "../../src/core/storage.js";
+import { testBackend, type RawDatabase } from "./backends.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
@@ -65,8 +68,11 @@ export function clientsFor(url: string, protocol: Protocol = "connect", options:
 export interface TestServer extends Clients {
   server: RunningServer;
   url: string;
-  dbPath: string;
-  dir: string;
+  backend: Backend;
+  /** The `--db` value: the SQLite file, or the PostgreSQL URL (with its schema). */
+  db: string;
+  /** Direct access to the database, for tests that look inside or tamper with it. */
+  raw: RawDatabase;
   /** Stops the server (idempotent) and removes the temp dir. */
   stop(): Promise<void>;
   /** Stops the server and starts a new one on the same database file. */
@@ -74,20 +80,26 @@ export interface TestServer extends Clients {
 }
 
 export async function startTestServer(options: Partial<ServerOptions> = {}, protocol: Protocol = "connect"): Promise<TestServer> {
-  const dir = tempDir();
-  const dbPath = join(dir.path, "state.db");
+  const database = await testBackend();
   const start = (o: Partial<ServerOptions>) =>
-    startServer({ port: 0, databasePath: dbPath, logger: silentLogger, pruneIntervalMs: 0, shutdownGraceMs: 2000, ...o });
-  let server = await start(options);
+    startServer({ port: 0, databasePath: database.db, logger: silentLogger, pruneIntervalMs: 0, shutdownGraceMs: 2000, poolSize: 4, ...o });
+  let server = await start(options).catch(async (err) => {
+    await database.dispose();
+    throw err;
+  });
+  let stopped: Promise<void> | undefined;
   const t: TestServer = {
     server,
     url: server.url,
-    dbPath,
-    dir: dir.path,
+    backend: database.backend,
+    db: database.db,
+    raw: database.raw,
     ...clientsFor(server.url, protocol),
-    async stop() {
-      await t.server.close();
-      dir.remove();
+    stop() {
+      return (stopped ??= (async () => {
+        await t.server.close();
+        await database.dispose();
+      })());
     },
     async restart(overrides = {}) {
       await t.server.close();

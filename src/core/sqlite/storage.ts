@@ -14,7 +14,7 @@
  * - One serving process per file (processLock.ts): a second one would split notice delivery.
  */
 import type Database from "better-sqlite3";
-import type { Storage, Tx, WriteOptions } from "../storage.js";
+import type { Leadership, Storage, Tx, WriteOptions } from "../storage.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
 import { SqliteSettingsRows } from "./settingsRows.js";
@@ -69,6 +69,26 @@ export class SqliteStorage implements Storage {
 
   read<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
     return this.exclusive(() => unit(this.tx));
+  }
+
+  /** One process serves the file, so nobody else has news to wake it for. */
+  onWakeup(): () => void {
+    return () => {};
+  }
+
+  /** The one serving process runs every singleton job. */
+  leadership(): Leadership {
+    return { isLeader: async () => !this.closed, release: async () => {} };
+  }
+
+  async ping(): Promise<boolean> {
+    if (this.closed) return false;
+    try {
+      await this.exclusive(async () => this.db.prepare("SELECT 1").get());
+      return true;
+    } catch {
+      return false;
+    }
   }
 
   write<T>(unit: (tx: Tx) => Promise<T>, options: WriteOptions = {}): Promise<T> {

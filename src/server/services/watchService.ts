@@ -16,8 +16,8 @@ export interface StreamSettings {
   bufferCapacity: number;
 }
 
-/** A notice's identity: one queued notice per watcher, target and frozen position. */
-const noticeId = (n: Notice) => `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}\u0000${n.notifiedSequence}`;
+/** One pending notice per watcher and target (SPEC §3.2); its text depends only on changesSince. */
+const pairOf = (n: Notice) => `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}`;
 
 export function watchService(core: SessionState, settings: StreamSettings): ServiceImpl<typeof WatchService> {
   return {
@@ -64,17 +64,26 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
         unsubscribe();
         if (resetCall) stalledReset = setTimeout(resetCall, settings.heartbeatMs).unref();
       });
-      // Subscribe before reading the pending set, so nothing queued in between is missed;
-      // the replayed ids then keep a notice published meanwhile from arriving twice.
-      const unsubscribe = core.subscribeNotices(selector, (n) => queue.push(n));
+      // Subscribe before reading the pending set, so nothing committed in between is missed.
+      const unsubscribe = core.subscribeNotices(
+        selector,
+        (n) => queue.push(n),
+        () => queue.requestResync(),
+      );
+      // What this stream delivered, per watcher and target: a connected subscriber never gets
+      // the same notice twice, whether it arrives live, in the replay, or on a re-read after
+      // another replica woke this one (SPEC §7).
+      const sent = new Map<string, number>();
+      const fresh = (n: Notice) => sent.get(pairOf(n)) !== n.changesSince;
+      const message = (n: Notice) => {
+        sent.set(pairOf(n), n.changesSince);
+        return create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
+      };
       try {
-        const replayed = new Set<string>();
-        for (const notice of await core.pendingNotices(selector)) {
-          replayed.add(noticeId(notice));
-          yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(notice) } });
-        }
+        const pending = await core.pendingNotices(selector);
+        for (const notice of pending) yield message(notice);
         yield create(StreamNoticesResponseSchema, {
-          message: { case: "replayComplete", value: { pending: replayed.size } },
+          message: { case: "replayComplete", value: { pending: pending.length } },
         });
         for (;;) {
           const next = await queue.pull(ctx.signal, settings.heartbeatMs);
@@ -93,8 +102,14 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
             yield create(StreamNoticesResponseSchema, { message: { case: "heartbeat", value: { at: timestampNow() } } });
             continue;
           }
-          if (replayed.delete(noticeId(next.item))) continue;
-          yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(next.item) } });
+          if (next.kind === "resync") {
+            const now = await core.pendingNotices(selector);
+            const still = new Set(now.map(pairOf));
+            for (const pair of sent.keys()) if (!still.has(pair)) sent.delete(pair);
+            for (const notice of now) if (fresh(notice)) yield message(notice);
+            continue;
+          }
+          if (fresh(next.item)) yield message(next.item);
         }
       } finally {
         clearTimeout(stalledReset);

@@ -5,6 +5,7 @@
  */
 import Database from "better-sqlite3";
 import { createHash } from "node:crypto";
+import type { RawDatabase } from "../../support/backends.js";
 
 export function withReadOnly<T>(path: string, read: (db: Database.Database) => T): T {
   const db = new Database(path, { readonly: true, fileMustExist: true });
@@ -60,6 +61,36 @@ export function fingerprint(path: string): Fingerprint {
     }
     return { counts, maxSequence, issuedSequence: issued?.seq ?? 0, heads, contentHash: hash.digest("hex") };
   });
+}
+
+/** The fingerprint of a test database of either backend (see backends.ts). */
+export async function fingerprintOf(t: { backend: "sqlite" | "postgres"; db: string; raw: RawDatabase }): Promise<Fingerprint> {
+  if (t.backend === "sqlite") return fingerprint(t.db);
+  const tables = (
+    await t.raw.all<{ name: string }>(
+      "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+  ).map((r) => r.name);
+  const counts: Record<string, number> = {};
+  const hash = createHash("sha256");
+  for (const table of tables) {
+    const rows = (await t.raw.all<Record<string, unknown>>(`SELECT * FROM "${table}"`)).map((r) =>
+      JSON.stringify(Object.values(r), (_, v) => (Buffer.isBuffer(v) ? v.toString("hex") : v)),
+    );
+    counts[table] = rows.length;
+    hash.update(`${table}\n${rows.sort().join("\n")}\n`);
+  }
+  const [max] = await t.raw.all<{ m: string }>("SELECT coalesce(max(sequence), 0) AS m FROM session_state_events");
+  const [issued] = await t.raw.all<{ v: string | null }>(
+    "SELECT last_value AS v FROM pg_sequences WHERE schemaname = current_schema() AND sequencename LIKE 'session_state_events%'",
+  );
+  const heads: Record<string, string> = {};
+  for (const h of await t.raw.all<{ agent_id: string; session_key: string; state_version: string; pruned_through: string }>(
+    "SELECT agent_id, session_key, state_version, pruned_through FROM session_heads",
+  )) {
+    heads[`${h.agent_id}/${h.session_key}`] = `${h.state_version}:${h.pruned_through}`;
+  }
+  return { counts, maxSequence: Number(max.m), issuedSequence: Number(issued?.v ?? 0), heads, contentHash: hash.digest("hex") };
 }
 
 /** A seeded PRNG (mulberry32): the same seed replays the same run. */

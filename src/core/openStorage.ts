@@ -1,0 +1,40 @@
+/**
+ * Picks the backend from the `--db` value: a postgres:// (or postgresql://) URL selects
+ * PostgreSQL, for replicas (SPEC §7); anything else is the path of the embedded SQLite
+ * file, the default.
+ */
+import { PostgresStorage } from "./postgres/storage.js";
+import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
+import type { Storage } from "./storage.js";
+
+export function isPostgresUrl(db: string): boolean {
+  return /^postgres(ql)?:\/\//i.test(db);
+}
+
+/** The database as it may be logged: a URL without its password. */
+export function describeDatabase(db: string): string {
+  if (!isPostgresUrl(db)) return db;
+  try {
+    const url = new URL(db);
+    if (url.password !== "") url.password = "***";
+    return url.toString();
+  } catch {
+    return "postgres://(unparsable URL)";
+  }
+}
+
+export interface OpenStorageOptions {
+  db: string;
+  /** SQLite only. */
+  synchronous?: Synchronous;
+  /** PostgreSQL only: pooled connections. */
+  poolSize?: number;
+  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+}
+
+export async function openStorage(options: OpenStorageOptions): Promise<Storage> {
+  if (isPostgresUrl(options.db)) {
+    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log });
+  }
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous });
+}

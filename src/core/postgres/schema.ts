@@ -1,0 +1,209 @@
+/**
+ * The PostgreSQL schema, as numbered migrations. Replicas that start together migrate once:
+ * the migrations run under a session-level advisory lock, and each one in its own
+ * transaction with the version row, so a crash leaves the schema at a version boundary.
+ *
+ * The tables mirror the SQLite ones column for column (src/core/sqlite/schema.ts), so both
+ * backends share their row mapping (src/core/rowMapping.ts).
+ */
+import type pg from "pg";
+
+/*
+ * Identifiers compare and sort byte-wise (COLLATE "C"), as in SQLite, so listings, pages and
+ * keyset positions are the same on both backends whatever the database's locale.
+ */
+
+/** The advisory lock class of this service (first key of the two-key form). */
+export const LOCK_CLASS = 0x5e55;
+export const LOCK_MIGRATIONS = 1;
+
+const MIGRATIONS: string[] = [
+  `
+  CREATE TABLE sessions (
+    agent_id          text COLLATE "C" NOT NULL,
+    session_key       text COLLATE "C" NOT NULL,
+    session_id        text COLLATE "C" NOT NULL UNIQUE,
+    kind              text NOT NULL,
+    channel           text NOT NULL DEFAULT '',
+    label             text NOT NULL DEFAULT '',
+    parent_agent_id   text COLLATE "C" NOT NULL DEFAULT '',
+    parent_key        text COLLATE "C" NOT NULL DEFAULT '',
+    model             text NOT NULL DEFAULT '',
+    context_tokens    bigint NOT NULL DEFAULT 0,
+    total_tokens      bigint NOT NULL DEFAULT 0,
+    run_status        text NOT NULL DEFAULT 'idle',
+    last_run_aborted  boolean NOT NULL DEFAULT false,
+    archived          boolean NOT NULL DEFAULT false,
+    pinned            boolean NOT NULL DEFAULT false,
+    origin            text,
+    delivery_context  text,
+    sidebar_icon      text NOT NULL DEFAULT '',
+    thinking_level    text NOT NULL DEFAULT '',
+    created_at        bigint NOT NULL,
+    updated_at        bigint NOT NULL,
+    PRIMARY KEY (agent_id, session_key)
+  );
+  CREATE INDEX sessions_by_parent ON sessions (parent_agent_id, parent_key);
+  CREATE INDEX sessions_by_update ON sessions (updated_at);
+
+  -- One global sequence for every replica; an identity never hands out a number twice.
+  CREATE TABLE session_state_events (
+    sequence     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    agent_id     text COLLATE "C" NOT NULL,
+    session_key  text COLLATE "C" NOT NULL,
+    kind         text NOT NULL,
+    actor_type   text NOT NULL,
+    actor_id     text NOT NULL DEFAULT '',
+    run_id       text NOT NULL DEFAULT '',
+    occurred_at  bigint NOT NULL,
+    recorded_at  bigint NOT NULL,
+    summary      text NOT NULL,
+    outcome      text,
+    channel      text,
+    turns        integer,
+    dedupe_key   text COLLATE "C"
+  );
+  CREATE INDEX events_by_session ON session_state_events (agent_id, session_key, sequence);
+  CREATE UNIQUE INDEX events_by_dedupe ON session_state_events (agent_id, session_key, dedupe_key)
+    WHERE dedupe_key IS NOT NULL;
+  CREATE INDEX events_by_age ON session_state_events (recorded_at);
+
+  CREATE TABLE session_heads (
+    agent_id                text COLLATE "C" NOT NULL,
+    session_key             text COLLATE "C" NOT NULL,
+    state_version           bigint NOT NULL,
+    pruned_through          bigint NOT NULL DEFAULT 0,
+    material_through        bigint NOT NULL DEFAULT 0,
+    material_actor          text NOT NULL DEFAULT '',
+    material_other_through  bigint NOT NULL DEFAULT 0,
+    PRIMARY KEY (agent_id, session_key)
+  );
+
+  CREATE TABLE session_watch_cursors (
+    watcher_key       text COLLATE "C" NOT NULL,
+    watcher_agent_id  text COLLATE "C" NOT NULL,
+    target_agent_id   text COLLATE "C" NOT NULL,
+    target_key        text COLLATE "C" NOT NULL,
+    last_seen         bigint NOT NULL,
+    notified          bigint NOT NULL,
+    material          bigint NOT NULL,
+    provenance        text NOT NULL,
+    created_at        bigint NOT NULL,
+    updated_at        bigint NOT NULL,
+    PRIMARY KEY (watcher_key, target_agent_id, target_key)
+  );
+  CREATE INDEX cursors_by_target ON session_watch_cursors (target_agent_id, target_key, watcher_key);
+  CREATE INDEX cursors_idle_by_target ON session_watch_cursors (target_agent_id, target_key, watcher_key)
+    WHERE notified <= last_seen;
+  CREATE INDEX cursors_pending_by_agent ON session_watch_cursors (watcher_agent_id, watcher_key, target_agent_id, target_key)
+    WHERE notified > last_seen;
+  CREATE INDEX cursors_by_update ON session_watch_cursors (updated_at);
+
+  CREATE TABLE transcripts (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    agent_id       text COLLATE "C" NOT NULL,
+    session_key    text COLLATE "C" NOT NULL,
+    session_id     text COLLATE "C" NOT NULL,
+    created_at     bigint NOT NULL,
+    last_sequence  bigint NOT NULL DEFAULT 0,
+    UNIQUE (agent_id, session_key, session_id)
+  );
+  CREATE INDEX transcripts_by_session_id ON transcripts (session_id);
+
+  -- search_text is the sanitized, redacted user/assistant text (NULL = not indexed); its
+  -- tsvector ('simple': lower-cased words, no stemming) is kept by PostgreSQL itself.
+  CREATE TABLE transcript_messages (
+    id             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    transcript_id  bigint NOT NULL,
+    sequence       bigint NOT NULL,
+    message_id     text COLLATE "C" NOT NULL,
+    role           text NOT NULL,
+    tools_only     boolean NOT NULL,
+    created_at     bigint NOT NULL,
+    appended_at    bigint NOT NULL,
+    provenance     text,
+    content        text NOT NULL,
+    search_text    text,
+    search_vector  tsvector GENERATED ALWAYS AS (to_tsvector('simple', coalesce(search_text, ''))) STORED,
+    UNIQUE (transcript_id, message_id),
+    UNIQUE (transcript_id, sequence)
+  );
+  CREATE INDEX messages_without_tools ON transcript_messages (transcript_id, sequence) WHERE NOT tools_only;
+  CREATE INDEX messages_of_users ON transcript_messages (transcript_id, sequence) WHERE role = 'user';
+  CREATE INDEX messages_search ON transcript_messages USING gin (search_vector) WHERE search_text IS NOT NULL;
+
+  CREATE TABLE session_model_selections (
+    agent_id        text COLLATE "C" NOT NULL,
+    session_key     text COLLATE "C" NOT NULL,
+    selected_model  text NOT NULL,
+    previous_model  text NOT NULL,
+    selected_at     bigint NOT NULL,
+    PRIMARY KEY (agent_id, session_key)
+  );
+
+  CREATE TABLE session_groups (
+    position  integer PRIMARY KEY,
+    name      text NOT NULL
+  );
+  CREATE TABLE session_group_catalog (
+    singleton   integer PRIMARY KEY CHECK (singleton = 1),
+    version     bigint NOT NULL,
+    updated_at  bigint NOT NULL
+  );
+
+  CREATE TABLE upstream_links (
+    link_id             text COLLATE "C" PRIMARY KEY,
+    agent_id            text COLLATE "C" NOT NULL,
+    session_key         text COLLATE "C" NOT NULL,
+    catalog             text COLLATE "C" NOT NULL,
+    node_id             text COLLATE "C" NOT NULL,
+    thread_id           text COLLATE "C" NOT NULL,
+    kind                text NOT NULL,
+    ref                 text NOT NULL,
+    actor_id            text NOT NULL DEFAULT '',
+    marker              bytea,
+    marker_version      bigint NOT NULL,
+    consecutive_misses  integer NOT NULL DEFAULT 0,
+    last_status         text,
+    last_checked_at     bigint,
+    last_error          text NOT NULL DEFAULT '',
+    created_at          bigint NOT NULL,
+    refreshed_at        bigint NOT NULL,
+    UNIQUE (agent_id, session_key, catalog, thread_id)
+  );
+  CREATE INDEX upstream_links_by_node ON upstream_links (node_id);
+  `,
+];
+
+export const SCHEMA_VERSION = MIGRATIONS.length;
+
+/** Brings the database up to SCHEMA_VERSION; safe to call from several replicas at once. */
+export async function migrate(pool: pg.Pool): Promise<void> {
+  const client = await pool.connect();
+  try {
+    await client.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
+    try {
+      await client.query("CREATE TABLE IF NOT EXISTS sessionstate_schema (version integer NOT NULL)");
+      const row = (await client.query<{ version: number }>("SELECT max(version) AS version FROM sessionstate_schema")).rows[0];
+      const current = row?.version ?? 0;
+      if (current > MIGRATIONS.length) {
+        throw new Error(`database schema version ${current} is newer than this build knows (${MIGRATIONS.length}); refusing to use it`);
+      }
+      for (let version = current; version < MIGRATIONS.length; version++) {
+        await client.query("BEGIN");
+        try {
+          await client.query(MIGRATIONS[version]);
+          await client.query("INSERT INTO sessionstate_schema (version) VALUES ($1)", [version + 1]);
+          await client.query("COMMIT");
+        } catch (err) {
+          await client.query("ROLLBACK");
+          throw err;
+        }
+      }
+    } finally {
+      await client.query("SELECT pg_advisory_unlock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
+    }
+  } finally {
+    client.release();
+  }
+}

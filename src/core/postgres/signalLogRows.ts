@@ -1,0 +1,125 @@
+/** PostgreSQL rows of the signal log: events and per-session heads. */
+import type { SessionId } from "../keys.js";
+import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
+import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
+import type { EventPlace, SignalLogRows } from "../storage.js";
+import type { PgConnection } from "./connection.js";
+
+export class PgSignalLogRows implements SignalLogRows {
+  constructor(private readonly c: PgConnection) {}
+
+  async head(session: SessionId): Promise<SessionHead | undefined> {
+    const row = await this.c.one<HeadRow>(
+      "log.head",
+      `SELECT ${HEAD_COLUMNS} FROM session_heads WHERE agent_id = $1 AND session_key = $2`,
+      [session.agentId, session.sessionKey],
+    );
+    return row && headFromRow(row);
+  }
+
+  async putHead(session: SessionId, head: SessionHead): Promise<void> {
+    await this.c.rows(
+      "log.putHead",
+      `INSERT INTO session_heads (agent_id, session_key, ${HEAD_COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7)
+       ON CONFLICT (agent_id, session_key) DO UPDATE SET state_version = excluded.state_version,
+         pruned_through = excluded.pruned_through, material_through = excluded.material_through,
+         material_actor = excluded.material_actor, material_other_through = excluded.material_other_through`,
+      [session.agentId, session.sessionKey, head.stateVersion, head.prunedThrough, head.materialThrough, head.materialActor, head.materialOtherThrough],
+    );
+  }
+
+  async insertEvent(draft: EventDraft, recordedAt: number): Promise<number> {
+    const row = await this.c.one<{ sequence: number }>(
+      "log.insertEvent",
+      `INSERT INTO session_state_events
+        (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13) RETURNING sequence`,
+      [
+        draft.session.agentId,
+        draft.session.sessionKey,
+        draft.kind,
+        draft.actorType,
+        draft.actorId,
+        draft.runId,
+        draft.occurredAt,
+        recordedAt,
+        draft.summary,
+        draft.payload.outcome ?? null,
+        draft.payload.channel ?? null,
+        draft.payload.turns ?? null,
+        draft.dedupeKey ?? null,
+      ],
+    );
+    return row!.sequence;
+  }
+
+  async eventByDedupe(session: SessionId, dedupeKey: string): Promise<SignalEvent | undefined> {
+    const row = await this.c.one<EventRow>(
+      "log.eventByDedupe",
+      `SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE agent_id = $1 AND session_key = $2 AND dedupe_key = $3`,
+      [session.agentId, session.sessionKey, dedupeKey],
+    );
+    return row && eventFromRow(row);
+  }
+
+  async eventBySequence(sequence: number): Promise<SignalEvent | undefined> {
+    const row = await this.c.one<EventRow>("log.eventBySequence", `SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE sequence = $1`, [sequence]);
+    return row && eventFromRow(row);
+  }
+
+  async eventsAfter(session: SessionId, after: number, limit: number): Promise<SignalEvent[]> {
+    const rows = await this.c.rows<EventRow>(
+      "log.eventsAfter",
+      `SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE agent_id = $1 AND session_key = $2 AND sequence > $3
+       ORDER BY sequence LIMIT $4`,
+      [session.agentId, session.sessionKey, after, limit],
+    );
+    return rows.map(eventFromRow);
+  }
+
+  async earliestSequence(session: SessionId): Promise<number> {
+    const row = await this.c.one<{ seq: number | null }>(
+      "log.earliest",
+      `SELECT min(sequence) AS seq FROM session_state_events WHERE agent_id = $1 AND session_key = $2`,
+      [session.agentId, session.sessionKey],
+    );
+    return row?.seq ?? 0;
+  }
+
+  async deleteLog(session: SessionId): Promise<number> {
+    const removed = await this.c.count(
+      "log.deleteEvents",
+      `DELETE FROM session_state_events WHERE agent_id = $1 AND session_key = $2`,
+      [session.agentId, session.sessionKey],
+    );
+    await this.c.rows("log.deleteHead", `DELETE FROM session_heads WHERE agent_id = $1 AND session_key = $2`, [session.agentId, session.sessionKey]);
+    return removed;
+  }
+
+  async countEvents(): Promise<number> {
+    return (await this.c.one<{ n: number }>("log.count", `SELECT count(*)::bigint AS n FROM session_state_events`))!.n;
+  }
+
+  async nthNewestSequence(n: number): Promise<number | undefined> {
+    const row = await this.c.one<{ sequence: number }>(
+      "log.nthNewest",
+      `SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET $1`,
+      [n],
+    );
+    return row?.sequence;
+  }
+
+  async expiredEvents(belowSequence: number, recordedBefore: number, limit: number): Promise<EventPlace[]> {
+    const rows = await this.c.rows<{ sequence: number; agent_id: string; session_key: string }>(
+      "log.expired",
+      `SELECT sequence, agent_id, session_key FROM session_state_events WHERE sequence < $1 OR recorded_at < $2
+       ORDER BY sequence LIMIT $3`,
+      [belowSequence, recordedBefore, limit],
+    );
+    return rows.map((r) => ({ sequence: r.sequence, session: { agentId: r.agent_id, sessionKey: r.session_key } }));
+  }
+
+  async deleteEvents(sequences: readonly number[]): Promise<void> {
+    await this.c.rows("log.deleteMany", `DELETE FROM session_state_events WHERE sequence = ANY($1::bigint[])`, [sequences]);
+  }
+}

@@ -1,0 +1,70 @@
+/**
+ * PostgreSQL failures as the domain errors a client can act on, in one table (like the
+ * SQLite one, src/core/sqlite/storageFaults.ts). A failed transaction rolls back whole, so
+ * each of these means "nothing was written".
+ */
+import { DomainError } from "../errors.js";
+
+/** Conflicts between concurrent transactions: the unit is run again from the start. */
+const RETRYABLE = new Set([
+  "40001", // serialization_failure
+  "40P01", // deadlock_detected
+  "23505", // unique_violation: a concurrent insert of the same row won; the retry sees it
+]);
+
+const UNREACHABLE_CODES = new Set(["ECONNREFUSED", "ECONNRESET", "ETIMEDOUT", "EPIPE", "ENOTFOUND", "EHOSTUNREACH", "ENETUNREACH"]);
+
+export function isRetryable(err: unknown): boolean {
+  return RETRYABLE.has((err as { code?: string })?.code ?? "");
+}
+
+/** Whether the connection is gone (it must not go back to the pool). */
+export function isConnectionLost(err: unknown): boolean {
+  const code = (err as { code?: string })?.code ?? "";
+  const message = String((err as Error)?.message ?? "");
+  return (
+    UNREACHABLE_CODES.has(code) ||
+    code.startsWith("08") || // connection_exception
+    code.startsWith("57P") || // admin/crash shutdown, cannot connect now
+    /Connection terminated|Client has encountered a connection error|connection timeout|timeout exceeded when trying to connect/i.test(message)
+  );
+}
+
+export function storageFault(err: unknown): DomainError | undefined {
+  if (err instanceof DomainError) return undefined;
+  const code = (err as { code?: string })?.code ?? "";
+  if (isConnectionLost(err) || code === "53300") {
+    return new DomainError(
+      "unavailable",
+      `database unreachable (${code || String((err as Error)?.message ?? err)}); nothing was written — retry`,
+      undefined,
+      code || "unreachable",
+    );
+  }
+  if (isRetryable(err)) {
+    return new DomainError("unavailable", "storage busy: the write kept conflicting with concurrent writes; nothing was written — retry", undefined, code);
+  }
+  switch (code) {
+    case "53100": // disk_full
+    case "53200": // out_of_memory
+      return new DomainError(
+        "resource_exhausted",
+        "storage full: the database could not grow (disk or memory exhausted); nothing was written — retry once space is freed",
+        undefined,
+        code,
+      );
+    case "54000": // program_limit_exceeded (e.g. a text too large for its index)
+      return new DomainError("invalid_argument", "a value is too large for the database to store or index", undefined, code);
+    case "22021": // character_not_in_repertoire (NUL in text)
+      return new DomainError("invalid_argument", "text holds a character the database cannot store (NUL)", undefined, code);
+    case "XX001": // data_corrupted
+    case "XX002": // index_corrupted
+      return new DomainError("unavailable", "the database reports corrupted data; ask the operator to check it", undefined, code);
+  }
+  return undefined;
+}
+
+/** The error a caller of the PostgreSQL backend sees. */
+export function asDomainError(err: unknown): unknown {
+  return storageFault(err) ?? err;
+}
