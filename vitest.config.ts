@@ -20,6 +20,8 @@ const BOTH_BACKENDS = [
   "test/faults/slowSubscriber.test.ts",
   "test/faults/stateMachine.test.ts",
 ];
+/** Only PostgreSQL has replicas. */
+const POSTGRES_ONLY = ["test/replicas/*.test.ts"];
 
 const shared = {
   testTimeout: 30_000,
@@ -33,8 +35,10 @@ export default defineConfig({
   test: {
     maxWorkers: 2,
     projects: [
-      { test: { ...shared, name: "sqlite", include: ["test/**/*.test.ts"], env: { SESSIONSTATE_TEST_BACKEND: "sqlite" } } },
-      { test: { ...shared, name: "postgres", include: BOTH_BACKENDS, env: { SESSIONSTATE_TEST_BACKEND: "postgres" } } },
+      {
+        test: { ...shared, name: "sqlite", include: ["test/**/*.test.ts"], exclude: POSTGRES_ONLY, env: { SESSIONSTATE_TEST_BACKEND: "sqlite" } },
+      },
+      { test: { ...shared, name: "postgres", include: [...BOTH_BACKENDS, ...POSTGRES_ONLY], env: { SESSIONSTATE_TEST_BACKEND: "postgres" } } },
     ],
   },
 });
