@@ -3,7 +3,7 @@
  * each driver is set up to return integers as numbers; flags may arrive as 0/1 (SQLite) or
  * as booleans (PostgreSQL).
  */
-import type { SessionFields } from "./storage.js";
+import type { CheckAssignmentRow, SessionFields } from "./storage.js";
 import type {
   ActorType,
   DeliveryRoute,
@@ -301,4 +301,17 @@ export function linkFromRow(row: LinkRow): UpstreamLink {
   if (row.last_status !== null) link.lastStatus = row.last_status as CheckStatus;
   if (row.last_checked_at !== null) link.lastCheckedAt = row.last_checked_at;
   return link;
+}
+
+export interface AssignmentRow {
+  link_id: string;
+  node_id: string;
+  assigned_at: number;
+  sent_at: number | null;
+}
+
+export function assignmentFromRow(row: AssignmentRow): CheckAssignmentRow {
+  const a: CheckAssignmentRow = { linkId: row.link_id, nodeId: row.node_id, assignedAt: row.assigned_at };
+  if (row.sent_at !== null) a.sentAt = row.sent_at;
+  return a;
 }

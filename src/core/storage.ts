@@ -290,4 +290,24 @@ export interface UpstreamRows {
   listLinks(filter: LinkFilter): Awaitable<UpstreamLink[]>;
   /** Links whose session some watcher cursor watches, ordered by link id. */
   watchedLinks(): Awaitable<UpstreamLink[]>;
+
+  // Check assignments: the monitor's leader hands checks to Nodes through these rows, so a
+  // Node may be connected to any replica.
+  assignment(linkId: string): Awaitable<CheckAssignmentRow | undefined>;
+  /** Creates or replaces the link's assignment. */
+  putAssignment(row: CheckAssignmentRow): Awaitable<void>;
+  /** Marks the node's unsent assignments sent at `sentAt`; returns their link ids. */
+  claimAssignments(nodeId: string, sentAt: number): Awaitable<string[]>;
+  /** Removes the assignment of `linkId` to `nodeId`; true when there was one. */
+  deleteAssignment(linkId: string, nodeId: string): Awaitable<boolean>;
+  /** Removes the node's sent, unanswered assignments (its stream ended). */
+  releaseAssignments(nodeId: string): Awaitable<number>;
+}
+
+export interface CheckAssignmentRow {
+  linkId: string;
+  nodeId: string;
+  assignedAt: number;
+  /** When a replica sent it on the Node's stream; undefined = not sent yet. */
+  sentAt?: number;
 }

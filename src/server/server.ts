@@ -133,6 +133,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     localRoot: options.upstreamRoot,
     clock,
     logger,
+    isLeader: () => storage.leadership("upstream").isLeader(),
   });
 
   // A start that fails from here on closes the database again (and frees its lock).

@@ -172,6 +172,16 @@ const MIGRATIONS: string[] = [
     UNIQUE (agent_id, session_key, catalog, thread_id)
   );
   CREATE INDEX upstream_links_by_node ON upstream_links (node_id);
+
+  -- Check assignments: the monitor's leader hands checks to Nodes through these rows, so a
+  -- Node may be connected to any replica.
+  CREATE TABLE upstream_assignments (
+    link_id      text COLLATE "C" PRIMARY KEY REFERENCES upstream_links ON DELETE CASCADE,
+    node_id      text COLLATE "C" NOT NULL,
+    assigned_at  bigint NOT NULL,
+    sent_at      bigint
+  );
+  CREATE INDEX upstream_assignments_by_node ON upstream_assignments (node_id, sent_at);
   `,
 ];
 

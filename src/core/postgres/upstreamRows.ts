@@ -1,7 +1,7 @@
 /** PostgreSQL rows of upstream links (SPEC §5). */
 import type { SessionId } from "../keys.js";
-import { linkFromRow, type LinkRow } from "../rowMapping.js";
-import type { LinkRowChange, UpstreamRows } from "../storage.js";
+import { assignmentFromRow, linkFromRow, type AssignmentRow, type LinkRow } from "../rowMapping.js";
+import type { CheckAssignmentRow, LinkRowChange, UpstreamRows } from "../storage.js";
 import type { LinkFilter, UpstreamLink } from "../upstream/model.js";
 import type { PgConnection } from "./connection.js";
 import { Params } from "./scopeSql.js";
@@ -97,6 +97,41 @@ export class PgUpstreamRows implements UpstreamRows {
       params.values,
     );
     return rows.map(linkFromRow);
+  }
+
+  async assignment(linkId: string): Promise<CheckAssignmentRow | undefined> {
+    const row = await this.c.one<AssignmentRow>(
+      "upstream.assignment",
+      `SELECT link_id, node_id, assigned_at, sent_at FROM upstream_assignments WHERE link_id = $1`,
+      [linkId],
+    );
+    return row && assignmentFromRow(row);
+  }
+
+  async putAssignment(row: CheckAssignmentRow): Promise<void> {
+    await this.c.rows(
+      "upstream.putAssignment",
+      `INSERT INTO upstream_assignments (link_id, node_id, assigned_at, sent_at) VALUES ($1, $2, $3, NULL)
+       ON CONFLICT (link_id) DO UPDATE SET node_id = excluded.node_id, assigned_at = excluded.assigned_at, sent_at = NULL`,
+      [row.linkId, row.nodeId, row.assignedAt],
+    );
+  }
+
+  async claimAssignments(nodeId: string, sentAt: number): Promise<string[]> {
+    const rows = await this.c.rows<{ link_id: string }>(
+      "upstream.claim",
+      `UPDATE upstream_assignments SET sent_at = $1 WHERE node_id = $2 AND sent_at IS NULL RETURNING link_id`,
+      [sentAt, nodeId],
+    );
+    return rows.map((r) => r.link_id).sort();
+  }
+
+  async deleteAssignment(linkId: string, nodeId: string): Promise<boolean> {
+    return (await this.c.count("upstream.deleteAssignment", `DELETE FROM upstream_assignments WHERE link_id = $1 AND node_id = $2`, [linkId, nodeId])) === 1;
+  }
+
+  releaseAssignments(nodeId: string): Promise<number> {
+    return this.c.count("upstream.release", `DELETE FROM upstream_assignments WHERE node_id = $1 AND sent_at IS NOT NULL`, [nodeId]);
   }
 
   async watchedLinks(): Promise<UpstreamLink[]> {

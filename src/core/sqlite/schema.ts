@@ -243,6 +243,19 @@ const MIGRATIONS: string[] = [
   CREATE INDEX cursors_pending_by_agent ON session_watch_cursors (watcher_agent_id, watcher_key, target_agent_id, target_key)
     WHERE notified > last_seen;
   `,
+  // Check assignments (SPEC §5, §7): the monitor hands checks to Nodes through the database.
+  `
+  CREATE TABLE upstream_assignments (
+    link_id      TEXT PRIMARY KEY,
+    node_id      TEXT NOT NULL,
+    assigned_at  INTEGER NOT NULL,
+    sent_at      INTEGER
+  ) WITHOUT ROWID;
+  CREATE INDEX upstream_assignments_by_node ON upstream_assignments (node_id, sent_at);
+  CREATE TRIGGER upstream_links_delete_assignments AFTER DELETE ON upstream_links BEGIN
+    DELETE FROM upstream_assignments WHERE link_id = old.link_id;
+  END;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -1,8 +1,8 @@
 /** SQLite rows of upstream links (SPEC §5). */
 import type Database from "better-sqlite3";
 import type { SessionId } from "../keys.js";
-import { linkFromRow, type LinkRow } from "../rowMapping.js";
-import type { LinkRowChange, UpstreamRows } from "../storage.js";
+import { assignmentFromRow, linkFromRow, type AssignmentRow, type LinkRow } from "../rowMapping.js";
+import type { CheckAssignmentRow, LinkRowChange, UpstreamRows } from "../storage.js";
 import type { LinkFilter, UpstreamLink } from "../upstream/model.js";
 
 const markerColumn = (marker: Uint8Array) => (marker.length === 0 ? null : Buffer.from(marker));
@@ -26,6 +26,12 @@ export class SqliteUpstreamRows implements UpstreamRows {
         WHERE link_id = @linkId`),
       delete: p(`DELETE FROM upstream_links WHERE link_id = ?`),
       deleteOf: p(`DELETE FROM upstream_links WHERE agent_id = ? AND session_key = ?`),
+      assignment: p(`SELECT link_id, node_id, assigned_at, sent_at FROM upstream_assignments WHERE link_id = ?`),
+      putAssignment: p(`INSERT INTO upstream_assignments (link_id, node_id, assigned_at, sent_at) VALUES (?, ?, ?, NULL)
+        ON CONFLICT (link_id) DO UPDATE SET node_id = excluded.node_id, assigned_at = excluded.assigned_at, sent_at = NULL`),
+      claim: p(`UPDATE upstream_assignments SET sent_at = ? WHERE node_id = ? AND sent_at IS NULL RETURNING link_id`),
+      deleteAssignment: p(`DELETE FROM upstream_assignments WHERE link_id = ? AND node_id = ?`),
+      release: p(`DELETE FROM upstream_assignments WHERE node_id = ? AND sent_at IS NOT NULL`),
       watched: p(`SELECT l.* FROM upstream_links l
         WHERE EXISTS (SELECT 1 FROM session_watch_cursors c WHERE c.target_agent_id = l.agent_id AND c.target_key = l.session_key)
         ORDER BY l.link_id`),
@@ -105,5 +111,26 @@ export class SqliteUpstreamRows implements UpstreamRows {
 
   watchedLinks(): UpstreamLink[] {
     return (this.stmt.watched.all() as LinkRow[]).map(linkFromRow);
+  }
+
+  assignment(linkId: string): CheckAssignmentRow | undefined {
+    const row = this.stmt.assignment.get(linkId) as AssignmentRow | undefined;
+    return row && assignmentFromRow(row);
+  }
+
+  putAssignment(row: CheckAssignmentRow): void {
+    this.stmt.putAssignment.run(row.linkId, row.nodeId, row.assignedAt);
+  }
+
+  claimAssignments(nodeId: string, sentAt: number): string[] {
+    return (this.stmt.claim.all(sentAt, nodeId) as { link_id: string }[]).map((r) => r.link_id).sort();
+  }
+
+  deleteAssignment(linkId: string, nodeId: string): boolean {
+    return this.stmt.deleteAssignment.run(linkId, nodeId).changes === 1;
+  }
+
+  releaseAssignments(nodeId: string): number {
+    return this.stmt.release.run(nodeId).changes;
   }
 }

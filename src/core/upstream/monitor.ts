@@ -22,6 +22,7 @@ import type {
   UpstreamLink,
 } from "./model.js";
 import { planCheck, type PlannedEvent } from "./rules.js";
+import { assignChecks, claimChecks } from "./assignments.js";
 import { commitCheck, linkUpstream, type WatchedLink } from "./links.js";
 
 export const MAX_LIST_LINKS = 1000;
@@ -176,6 +177,28 @@ export class UpstreamMonitor {
         threadId: link.threadId,
       }));
     return { checks, deferred: watched.length - checks.length };
+  }
+
+  /** Assigns the due checks of paired Nodes (the tick's leader); returns how many were handed out now. */
+  async assign(checks: readonly CheckAssignment[], intervalMs: number): Promise<number> {
+    const remote = checks.filter((c) => c.nodeId !== "");
+    if (remote.length === 0) return 0;
+    return this.state.store.write((ctx) => assignChecks(ctx, remote, intervalMs));
+  }
+
+  /** The checks to send a Node connected to this process now. */
+  async claim(nodeId: string): Promise<CheckAssignment[]> {
+    return this.state.store.write((ctx) => claimChecks(ctx, nodeId));
+  }
+
+  /** A Node reports on `linkId`: true, once, when that link is assigned to it. */
+  async takeAssignment(linkId: string, nodeId: string): Promise<boolean> {
+    return this.state.store.write(async (ctx) => ctx.tx.upstream.deleteAssignment(linkId, nodeId));
+  }
+
+  /** A Node's stream ended: its unanswered checks go back, to be sent when it reconnects. */
+  async releaseAssignments(nodeId: string): Promise<number> {
+    return this.state.store.write(async (ctx) => ctx.tx.upstream.releaseAssignments(nodeId));
   }
 
   /**

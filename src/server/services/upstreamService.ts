@@ -103,6 +103,10 @@ async function* connectNode(
   } finally {
     connection.end();
     hub.disconnect(connection);
+    // Its unanswered checks go back, so it gets them again as soon as it reconnects (anywhere).
+    if (hub.get(nodeId) === undefined) {
+      await settings.monitor.releaseAssignments(nodeId).catch((err: unknown) => logger.warn("could not release the checks of a node", { nodeId, error: String(err) }));
+    }
     logger.info("node disconnected", { nodeId, error: connection.error?.message });
   }
 }
@@ -125,7 +129,7 @@ async function readReports(
       throw new ConnectError("after the hello, a Node sends only reports", Code.InvalidArgument);
     }
     const report = monitor.checkReport(reportOf(message.message.value, "report"));
-    if (!connection.takeAssignment(report.linkId)) {
+    if (!(await monitor.takeAssignment(report.linkId, connection.nodeId))) {
       throw new ConnectError(`link "${report.linkId}" is not assigned to node "${connection.nodeId}" on this stream`, Code.PermissionDenied);
     }
     await recordReport(monitor, report, logger, { source: "node", nodeId: connection.nodeId });

@@ -1,9 +1,12 @@
 /**
- * The monitor's clock: one tick every `intervalMs`. Each tick takes the due checks (links
- * some watcher watches whose session has no active run), sends every connected Node its
- * own, and runs the checks of the local catalog (empty node_id) right here with the same
- * scanner the reference Node uses. Ticks never overlap: the next one is scheduled when the
- * local checks of this one are recorded. Links on a Node that is not connected wait.
+ * The monitor's clock: one tick every `intervalMs`, in every replica.
+ * - The replica that leads the upstream job (one at a time, SPEC §7) takes the due checks
+ *   (links some watcher watches whose session has no active run), assigns those of paired
+ *   Nodes through the database, and runs the checks of the local catalog (empty node_id)
+ *   right here with the same scanner the reference Node uses.
+ * - Every replica sends each Node connected to it the checks assigned to that Node.
+ * Ticks never overlap: the next one is scheduled when the local checks of this one are
+ * recorded. Checks of a Node that is not connected wait for it.
  */
 import type { CheckReport } from "../../core/upstream/model.js";
 import type { UpstreamMonitor } from "../../core/upstream/monitor.js";
@@ -22,16 +25,20 @@ export interface UpstreamLoopOptions {
   scan?: ScanOptions;
   clock: () => number;
   logger: Logger;
+  /** Whether this process leads the upstream job now (always, with one process). */
+  isLeader: () => Promise<boolean>;
 }
 
 export interface TickSummary {
   tick: number;
+  /** Whether this process led the tick (decided and assigned the due checks). */
+  leader: boolean;
   due: number;
   deferred: number;
+  /** Checks of paired Nodes assigned now (not in flight already). */
+  assigned: number;
   sentToNodes: number;
   local: number;
-  /** Due checks of Nodes that are not connected. */
-  waiting: number;
 }
 
 export class UpstreamLoop {
@@ -66,35 +73,21 @@ export class UpstreamLoop {
     const { monitor, hub, logger } = this.options;
     const tick = ++this.ticks;
     const at = this.options.clock();
-    const { checks, deferred } = await monitor.dueChecks();
-    const byNode = new Map<string, typeof checks>();
-    for (const check of checks) {
-      const list = byNode.get(check.nodeId);
-      if (list) list.push(check);
-      else byNode.set(check.nodeId, [check]);
-    }
+    const leader = await this.options.isLeader();
+    const { checks, deferred } = leader ? await monitor.dueChecks() : { checks: [], deferred: 0 };
+    const assigned = await monitor.assign(checks, this.options.intervalMs);
     let sentToNodes = 0;
-    let connectedDue = 0;
     for (const connection of hub.connections()) {
-      const own = byNode.get(connection.nodeId) ?? [];
-      connectedDue += own.length;
       // Sent even when empty: the batch doubles as the stream's heartbeat.
-      sentToNodes += connection.sendChecks(tick, at, own);
+      sentToNodes += connection.sendChecks(tick, at, await monitor.claim(connection.nodeId));
     }
-    const local = this.options.localRoot === undefined ? [] : (byNode.get("") ?? []);
+    const local = this.options.localRoot === undefined ? [] : checks.filter((c) => c.nodeId === "");
     for (const check of local) {
       if (this.stopped) break;
       const report = await checkTranscriptLink(check, { ...this.options.scan, root: this.options.localRoot! });
       await recordReport(monitor, report, logger, { source: "local" });
     }
-    const summary: TickSummary = {
-      tick,
-      due: checks.length,
-      deferred,
-      sentToNodes,
-      local: local.length,
-      waiting: checks.length - connectedDue - local.length,
-    };
+    const summary: TickSummary = { tick, leader, due: checks.length, deferred, assigned, sentToNodes, local: local.length };
     if (checks.length > 0 || deferred > 0) logger.log("debug", "upstream tick", { ...summary });
     return summary;
   }

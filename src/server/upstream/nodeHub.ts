@@ -1,7 +1,8 @@
 /**
- * The paired Nodes connected right now, one ConnectNode stream each. The monitor loop sends
- * every connected Node its checks each tick; the stream handler drains a connection's
- * outbound queue and accepts a report only for a link assigned to that connection.
+ * The paired Nodes connected to this process right now, one ConnectNode stream each. Each
+ * tick the monitor loop sends every connected Node the checks assigned to it (through the
+ * database, src/core/upstream/assignments.ts); the stream handler drains a connection's
+ * outbound queue.
  */
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -12,15 +13,11 @@ import { assignmentMessage } from "./convert.js";
 
 /** Messages queued for a Node that does not read before its stream is closed. */
 const MAX_QUEUED = 1000;
-/** An assignment unanswered for this many ticks may be handed out again. */
-const IN_FLIGHT_TICKS = 10;
 
 export class NodeConnection {
   private readonly queue: ConnectNodeResponse[] = [];
   private wake?: () => void;
   private endedWith?: { error?: ConnectError };
-  /** Assigned and not answered yet: link id → tick of the assignment. */
-  private readonly inFlight = new Map<string, number>();
 
   constructor(
     readonly nodeId: string,
@@ -31,30 +28,14 @@ export class NodeConnection {
     return this.endedWith !== undefined;
   }
 
-  /**
-   * Sends this tick's checks; links whose earlier assignment is still unanswered are left
-   * out (a Node answers each link once per assignment). Returns how many were sent.
-   */
+  /** Sends this tick's checks (also when there are none: the batch doubles as the stream's heartbeat). */
   sendChecks(tick: number, at: number, checks: readonly CheckAssignment[]): number {
-    for (const [linkId, assignedAt] of this.inFlight) if (tick - assignedAt >= IN_FLIGHT_TICKS) this.inFlight.delete(linkId);
-    const fresh = checks.filter((c) => !this.inFlight.has(c.linkId));
-    for (const c of fresh) this.inFlight.set(c.linkId, tick);
     this.push(
       create(ConnectNodeResponseSchema, {
-        message: { case: "checks", value: { tick: BigInt(tick), at: timestampFromMs(at), assignments: fresh.map(assignmentMessage) } },
+        message: { case: "checks", value: { tick: BigInt(tick), at: timestampFromMs(at), assignments: checks.map(assignmentMessage) } },
       }),
     );
-    return fresh.length;
-  }
-
-  /** A report arrived for `linkId`: true (and the assignment is done) when it was assigned here. */
-  takeAssignment(linkId: string): boolean {
-    return this.inFlight.delete(linkId);
-  }
-
-  /** Unanswered assignments (for logs). */
-  get pending(): number {
-    return this.inFlight.size;
+    return checks.length;
   }
 
   push(message: ConnectNodeResponse): void {
@@ -89,7 +70,6 @@ export class NodeConnection {
     if (this.endedWith) return;
     this.endedWith = { error };
     this.queue.length = 0;
-    this.inFlight.clear();
     this.wake?.();
   }
 
