@@ -112,7 +112,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly ackTimeoutMs: number;
   private readonly logger: ClientLogger;
   private readonly random: () => number;
-  private readonly onWake?: (watcherKey: string, notice: Notice) => void;
+  private readonly onWake: ((watcherKey: string, notice: Notice) => void) | undefined;
 
   /** Queued notices per watcher, by target (one per pair, like the service), oldest first. */
   private readonly queued = new Map<string, Map<string, Notice>>();
@@ -128,8 +128,8 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private current: SubscriptionState = "connecting";
   private stopping = false;
   private attempt = 0;
-  private streamAbort?: AbortController;
-  private cancelWait?: () => void;
+  private streamAbort: AbortController | undefined;
+  private cancelWait: (() => void) | undefined;
   private closing?: Promise<void>;
   private failureError?: ConnectError;
   private readonly loop: Promise<void>;

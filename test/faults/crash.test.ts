@@ -26,7 +26,7 @@ import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService, type EventInput } from "../../gen/sessionstate/v1/state_pb.js";
 import { tempDir } from "../support/harness.js";
 import { integrityCheck, rng, seedFor, withReadOnly } from "./support/dbCheck.js";
-import { killAllServerProcesses, serverBundle, stablePort, startServerProcess } from "./support/serverProcess.js";
+import { killAllServerProcesses, stablePort, startServerProcess } from "./support/serverProcess.js";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 200);
 const LANES = Number(process.env.CRASH_LANES ?? 4);
@@ -36,7 +36,6 @@ const dirs: { remove(): void }[] = [];
 afterAll(async () => {
   killAllServerProcesses();
   for (const d of dirs) d.remove();
-  (await serverBundle()).remove();
 });
 
 type Status = "acked" | "unknown" | "found" | "absent";
@@ -204,11 +203,11 @@ type KillMode = "after-acks" | "after-delay" | "after-deleting-newest";
 
 async function crashRound(lane: Lane, round: number): Promise<void> {
   const r = lane.random;
-  // The first round of lane 0 goes through the checked-in launcher, the rest through the bundle.
+  // The first round of lane 0 goes through the launcher in bin/, the rest start the artifact directly.
   const server = await startServerProcess({
     port: lane.port,
     db: lane.db,
-    entry: lane.id === 0 && round === 0 ? "bin" : "bundle",
+    entry: lane.id === 0 && round === 0 ? "bin" : "artifact",
     args: ["--prune-interval", "0"],
   });
   lane.startups.push(server.startupMs);
@@ -289,7 +288,6 @@ describe("kill -9 during a stream of appends", () => {
   it(`keeps every acknowledged event across ${ROUNDS} kills`, { timeout: 600_000 }, async () => {
     const started = performance.now();
     const cpuBefore = process.cpuUsage();
-    await serverBundle();
     const random = rng(SEED);
     const lanes: Lane[] = [];
     for (let id = 0; id < LANES; id++) {
