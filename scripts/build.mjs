@@ -7,26 +7,30 @@
  *   node scripts/build.mjs --if-stale   the server bundle, only when one of its inputs changed
  *                                       since it was built (`npm start` and the test set-up)
  *
- * The server ships as one ES module, dist/sessionstate.js (src/cli/main.ts with every
- * dependency but the native better-sqlite3 inlined): plain `node` loads one file instead of
- * a few hundred modules, which is most of the start-up time. Its declarations go to
- * dist/types. The client package (packages/client) is compiled by tsc from gen/ and
+ * The server ships as one CommonJS file, dist/sessionstate.cjs (src/cli/main.ts with every
+ * dependency but the native better-sqlite3 inlined), which bin/sessionstate.js runs through
+ * a V8 code cache: plain `node` loads one file instead of a few hundred modules, without the
+ * ES module loader, and skips compiling what the last run compiled. The build starts it once
+ * (serve on port 0, a temporary database) so the first real start finds the cache, which
+ * also checks that the artifact serves. Its declarations go to dist/types. The client package (packages/client) is compiled by tsc from gen/ and
  * src/client/ with the flags its consumers use.
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
-import { spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { spawn, spawnSync } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const DIST = join(ROOT, "dist");
-export const SERVER_BUNDLE = join(DIST, "sessionstate.js");
+export const SERVER_BUNDLE = join(DIST, "sessionstate.cjs");
+const CODE_CACHE = join(DIST, ".code-cache");
 /** Every file the last bundle was made from (esbuild's metafile), for the staleness check. */
 const INPUTS = join(DIST, "sessionstate.inputs.json");
 /** Files that change the bundle without being one of its inputs. */
-const BUILD_FILES = ["package.json", "package-lock.json", "scripts/build.mjs"];
+const BUILD_FILES = ["package.json", "package-lock.json", "scripts/build.mjs", "bin/sessionstate.js"];
 
 export async function buildServer() {
   const { build } = await import("esbuild");
@@ -36,7 +40,7 @@ export async function buildServer() {
     entryPoints: ["src/cli/main.ts"],
     bundle: true,
     platform: "node",
-    format: "esm",
+    format: "cjs",
     target: "node20",
     // Native: loaded from node_modules at run time.
     external: ["better-sqlite3"],
@@ -45,10 +49,35 @@ export async function buildServer() {
     metafile: true,
     logLevel: "error",
     legalComments: "linked",
-    // Some bundled dependencies are CommonJS that call require(): give the ES module one.
-    banner: { js: "import { createRequire as __createRequire } from 'node:module'; const require = __createRequire(import.meta.url);" },
   });
   writeFileSync(INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
+  rmSync(CODE_CACHE, { recursive: true, force: true });
+  await warmCodeCache();
+}
+
+/** Starts the artifact once, until bin/sessionstate.js has written its code cache. */
+async function warmCodeCache() {
+  const dir = mkdtempSync(join(tmpdir(), "sessionstate-build-"));
+  const child = spawn(process.execPath, [join(ROOT, "bin/sessionstate.js"), "serve", "--port", "0", "--db", join(dir, "warm.db"), "--log-level", "warn"], {
+    cwd: ROOT,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  try {
+    const deadline = Date.now() + 20_000;
+    const cached = () => existsSync(CODE_CACHE) && readdirSync(CODE_CACHE).some((f) => f.endsWith(".bin"));
+    while (!cached()) {
+      if (child.exitCode !== null) throw new Error(`the built server exited (${child.exitCode}) at its first start: ${stderr}`);
+      if (Date.now() > deadline) throw new Error(`the built server wrote no code cache within 20 s: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    child.kill("SIGTERM");
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
+  }
 }
 
 /** Whether the bundle is missing or older than any file it was made from. */

@@ -47,12 +47,8 @@
 import { open, stat } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { dirname } from "node:path";
-import {
-  MAX_STREAM_TEXT_BYTES,
-  StreamingRowClassifier,
-  type ClassifiedRow,
-  type StreamingRowSnapshot,
-} from "./classify.js";
+import type { ClassifiedRow } from "./classify.js";
+import { MAX_STREAM_TEXT_BYTES, StreamingRowClassifier, type StreamingRowSnapshot } from "./rowTokenizer.js";
 
 export const DEFAULT_BUDGET_BYTES = 1024 * 1024;
 export const DEFAULT_MAX_TEXT_BYTES = 8 * 1024;

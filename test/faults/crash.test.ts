@@ -203,13 +203,7 @@ type KillMode = "after-acks" | "after-delay" | "after-deleting-newest";
 
 async function crashRound(lane: Lane, round: number): Promise<void> {
   const r = lane.random;
-  // The first round of lane 0 goes through the launcher in bin/, the rest start the artifact directly.
-  const server = await startServerProcess({
-    port: lane.port,
-    db: lane.db,
-    entry: lane.id === 0 && round === 0 ? "bin" : "artifact",
-    args: ["--prune-interval", "0"],
-  });
+  const server = await startServerProcess({ port: lane.port, db: lane.db, args: ["--prune-interval", "0"] });
   lane.startups.push(server.startupMs);
   const c = clients(server.url);
   await verify(lane, c, round);
@@ -321,13 +315,13 @@ describe("kill -9 during a stream of appends", () => {
       }),
     );
 
-    const startups = lanes.flatMap((l) => l.startups.slice(l.id === 0 ? 1 : 0)).sort((a, b) => a - b);
+    const startups = lanes.flatMap((l) => l.startups).sort((a, b) => a - b);
     const q = (p: number) => Math.round(startups[Math.min(startups.length - 1, Math.floor(p * startups.length))]);
     console.log(
       `[crash] seed=${SEED} kills=${lanes.reduce((n, l) => n + l.startups.length, 0)} lanes=${LANES} ` +
         `acked events=${lanes.reduce((n, l) => n + l.acked, 0)} ` +
         `unacked found=${lanes.reduce((n, l) => n + l.foundUnacked, 0)} unacked lost=${lanes.reduce((n, l) => n + l.lostUnacked, 0)} ` +
-        `start-up ms p50=${q(0.5)} p90=${q(0.9)} max=${q(1)} (bin launcher: ${Math.round(lanes[0].startups[0])} ms) ` +
+        `start-up ms p50=${q(0.5)} p90=${q(0.9)} max=${q(1)} ` +
         `wall=${((performance.now() - started) / 1000).toFixed(1)} s client cpu=${((process.cpuUsage(cpuBefore).user + process.cpuUsage(cpuBefore).system) / 1e6).toFixed(1)} s`,
     );
     expect(lanes.flatMap((l) => l.violations)).toEqual([]);

@@ -1,6 +1,6 @@
 /**
  * Runs once before the test files: tests that start `sessionstate` as a process run the
- * artifact that ships (dist/sessionstate.js), so it is rebuilt here when any of its sources
+ * artifact that ships (bin/sessionstate.js running dist/sessionstate.cjs), so it is rebuilt here when any of its sources
  * is newer than it (a fresh clone already has it: `npm ci` builds it).
  */
 import { execFileSync } from "node:child_process";

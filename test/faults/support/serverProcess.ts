@@ -1,9 +1,9 @@
 /**
  * The real service as a separate OS process, for fault tests that kill it.
  *
- * It runs the artifact that ships: `node dist/sessionstate.js` (the bundle `npm run build`
- * makes, which `bin/sessionstate.js` loads; the test set-up rebuilds it when a source file
- * is newer). `entry: "bin"` starts the launcher itself.
+ * It runs what ships: `node bin/sessionstate.js serve`, which runs the bundle `npm run build`
+ * makes (dist/sessionstate.cjs) through its code cache; the test set-up rebuilds the bundle
+ * when a source file is newer.
  */
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
@@ -15,8 +15,9 @@ import { fileURLToPath } from "node:url";
 import { Health, HealthCheckResponse_ServingStatus } from "../../../gen/grpc/health/v1/health_pb.js";
 
 export const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
-/** The server as it ships (see scripts/build.mjs). */
-export const SERVER_ARTIFACT = join(ROOT, "dist/sessionstate.js");
+/** The server as it ships (see scripts/build.mjs) and its launcher. */
+export const SERVER_BUNDLE = join(ROOT, "dist/sessionstate.cjs");
+export const LAUNCHER = join(ROOT, "bin/sessionstate.js");
 
 /**
  * A free port below the kernel's ephemeral range (read from /proc where it can be), for a
@@ -73,8 +74,6 @@ export function killAllServerProcesses(): void {
 export interface StartOptions {
   port: number;
   db: string;
-  /** "artifact" (default): dist/sessionstate.js; "bin": the launcher bin/sessionstate.js that loads it. */
-  entry?: "artifact" | "bin";
   /** More `serve` flags, e.g. ["--retention-rows", "100"]. */
   args?: string[];
   /** Give up waiting for readiness after this long. Default 30 s. */
@@ -82,12 +81,11 @@ export interface StartOptions {
 }
 
 export async function startServerProcess(options: StartOptions): Promise<ServerProcess> {
-  if (!existsSync(SERVER_ARTIFACT)) throw new Error(`${SERVER_ARTIFACT} is missing: run \`npm run build\``);
-  const entry = options.entry === "bin" ? join(ROOT, "bin/sessionstate.js") : SERVER_ARTIFACT;
+  if (!existsSync(SERVER_BUNDLE)) throw new Error(`${SERVER_BUNDLE} is missing: run \`npm run build\``);
   const started = performance.now();
   const child = spawn(
     process.execPath,
-    [entry, "serve", "--port", String(options.port), "--db", options.db, "--log-level", "warn", ...(options.args ?? [])],
+    [LAUNCHER, "serve", "--port", String(options.port), "--db", options.db, "--log-level", "warn", ...(options.args ?? [])],
     { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
   );
   live.add(child);
