@@ -30,7 +30,7 @@ function openReadOnly(path: string): Database.Database {
 }
 
 /** The file is not a healthy database (exit 1, not a usage error). */
-export class DatabaseProblem extends Error {}
+class DatabaseProblem extends Error {}
 
 /**
  * Copies the database with SQLite's online backup API into DEST. The whole copy is one step
@@ -38,7 +38,7 @@ export class DatabaseProblem extends Error {}
  * the backup started, and nothing half-written. Written next to DEST first and renamed, so an
  * interrupted backup never leaves a partial file under DEST's name. Returns the page count.
  */
-export async function backupDatabase(source: string, dest: string): Promise<{ pages: number; bytes: number; integrity: string }> {
+async function backupDatabase(source: string, dest: string): Promise<{ pages: number; bytes: number; integrity: string }> {
   const db = openReadOnly(source);
   const partial = join(dirname(dest), `.${basename(dest)}.partial-${process.pid}`);
   try {

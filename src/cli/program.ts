@@ -9,7 +9,7 @@ import { ConfigError } from "./config.js";
 export type Action<A extends unknown[]> = (...args: A) => Promise<number>;
 
 /** The full name of a command, e.g. "sessionstate token create". */
-export function pathOf(command: Command): string {
+function pathOf(command: Command): string {
   const names: string[] = [];
   for (let c: Command | null = command; c; c = c.parent) names.unshift(c.name());
   return names.join(" ");

@@ -12,7 +12,7 @@ import type { Action } from "./program.js";
 import { reloadTokensOnSighup } from "./tokens.js";
 
 /** The commander option of one configuration row, with its variable and default in the help. */
-export function settingOption(s: Setting): Option {
+function settingOption(s: Setting): Option {
   const where = `[env ${s.env}; default: ${s.default === "" ? "none" : s.default}]`;
   return new Option(s.boolean ? `--${s.flag}` : `--${s.flag} <value>`, `${s.description} ${where}`);
 }

@@ -33,7 +33,7 @@ export const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 250, maxMs: 30_000, m
 export const DEFAULT_IDLE_TIMEOUT_MS = 45_000;
 export const DEFAULT_ACK_TIMEOUT_MS = 5_000;
 /** How many acked notice texts are remembered to drop late replays of them. */
-export const DEFAULT_REMEMBER_ACKED = 10_000;
+const DEFAULT_REMEMBER_ACKED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
 /** Answers that a retry cannot change, so the subscription stops instead of reconnecting. */
 const REFUSALS = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);

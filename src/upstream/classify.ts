@@ -44,15 +44,13 @@ export type ClassifiedRow =
   | { kind: "human_turn"; text: string; id?: string; at?: string; textTruncated?: boolean }
   | { kind: "tool_result" | "meta" | "sidechain" | "assistant" | "other" };
 
-export type RowKind = ClassifiedRow["kind"];
-
 export interface ClassifyOptions {
   /** Keep at most this many UTF-8 bytes of a human turn's text (default: no limit). */
   maxTextBytes?: number;
 }
 
 /** Text prefixes of rows the CLI writes into the user role by itself. */
-export const CLI_WRAPPER_PREFIXES: readonly string[] = [
+const CLI_WRAPPER_PREFIXES: readonly string[] = [
   "<command-name>",
   "<command-message>",
   "<command-args>",
@@ -118,7 +116,7 @@ function keptId(v: unknown): string | undefined {
 }
 
 /** Facts of an already parsed row. */
-export function factsFromRow(row: unknown, maxTextBytes = Infinity): RowFacts {
+function factsFromRow(row: unknown, maxTextBytes = Infinity): RowFacts {
   const f: RowFacts = {
     isObject: false,
     type: null,

@@ -27,7 +27,7 @@ import { assignmentOf, reportMessage } from "./wire.js";
 import { checkTranscriptLink } from "./check.js";
 import type { ScanOptions } from "./scanner.js";
 
-export const NODE_SOFTWARE = "sessionstate-node/0.1.0";
+const NODE_SOFTWARE = "sessionstate-node/0.1.0";
 /** Silence allowed before the welcome (and the floor of the idle timeout), in ms. */
 const MIN_IDLE_MS = 30_000;
 

@@ -47,7 +47,7 @@ const R_KEY = 14; // a key string in a tracked object
 
 const LITERALS = ["true", "false", "null"];
 /** Deepest nesting a streamed row may have; deeper rows are classified "invalid". */
-export const MAX_STREAM_DEPTH = 65_536;
+const MAX_STREAM_DEPTH = 65_536;
 /** Largest text capture of the streaming classifier (maxTextBytes is clamped to it). */
 export const MAX_STREAM_TEXT_BYTES = 16 * 1024 * 1024;
 const KEY_CAP = 64;

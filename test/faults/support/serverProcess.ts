@@ -14,10 +14,10 @@ import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Health, HealthCheckResponse_ServingStatus } from "../../../gen/grpc/health/v1/health_pb.js";
 
-export const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
+const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
 /** The server as it ships (see scripts/build.mjs) and its launcher. */
-export const SERVER_BUNDLE = join(ROOT, "dist/sessionstate.cjs");
-export const LAUNCHER = join(ROOT, "bin/sessionstate.js");
+const SERVER_BUNDLE = join(ROOT, "dist/sessionstate.cjs");
+const LAUNCHER = join(ROOT, "bin/sessionstate.js");
 
 /**
  * A free port below the kernel's ephemeral range (read from /proc where it can be), for a
@@ -130,7 +130,7 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
  * probed with bare TCP connects first (every few ms, cheap), since the server listens
  * only once the database is open, recovered and pruned.
  */
-export async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
+async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
   const { hostname, port } = new URL(url);
   const deadline = performance.now() + timeoutMs;
   const listening = () =>
