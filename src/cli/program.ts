@@ -2,7 +2,7 @@
  * The shape every `sessionstate` command shares (commander): how errors and help leave the
  * process, and the values several commands parse (the server's address, whole numbers).
  */
-import { Command, InvalidArgumentError } from "commander";
+import { InvalidArgumentError, type Command } from "commander";
 import { ConfigError } from "./config.js";
 
 /** A command's action resolves to the process's exit code. */
@@ -93,5 +93,3 @@ export function enumChoices<E extends Record<string, string | number>>(e: E): st
 export function collect(value: string, previous: string[] | undefined): string[] {
   return [...(previous ?? []), value];
 }
-
-export { Command };
