@@ -4,7 +4,7 @@
  */
 
 /** Which request the closed-loop load sends. */
-export type UnaryCall =
+type UnaryCall =
   /** AppendEvents with one goal_changed event per call, cycling over `sessions`. */
   | "append-1"
   /** AppendEvents with 100 goal_changed events per call, spread over `sessions`. */
@@ -75,7 +75,7 @@ export interface FanOutJob {
   actorId: string;
 }
 
-export interface FanOutRound {
+interface FanOutRound {
   /** The AppendEvents call, send to response. */
   appendMs: number;
   /** From sending AppendEvents until the last of the notices arrived. */

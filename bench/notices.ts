@@ -24,7 +24,7 @@ const FREE_SESSIONS = Array.from({ length: 64 }, (_, i) => `agent:bench:free-${i
 const LATENCY_AGENT = "lat";
 const FAN_AGENT = "fan";
 
-export interface NoticeBenchSizes {
+interface NoticeBenchSizes {
   /** Watcher/target pairs for latency and the attached-throughput loads. */
   pairs: number;
   /** Watchers on the fan-out target. */
@@ -37,7 +37,7 @@ export interface NoticeBenchSizes {
 
 const seconds = (since: number) => ((performance.now() - since) / 1000).toFixed(1);
 
-export function sizesFor(ctx: SectionContext): NoticeBenchSizes {
+function sizesFor(ctx: SectionContext): NoticeBenchSizes {
   return {
     pairs: 1_000,
     fanOutWatchers: 10_000,

@@ -17,6 +17,8 @@ export interface BenchRow {
   ratio?: number;
   /** The ratio must be at least this. */
   minRatio?: number;
+  /** The value must be at most this (an absolute ceiling, in the row's unit). */
+  maxValue?: number;
   /** Digits after the point when printing value and reference. */
   digits?: number;
 }
@@ -24,8 +26,11 @@ export interface BenchRow {
 export type Verdict = "PASS" | "FAIL" | "-";
 
 export function verdictOf(row: BenchRow): Verdict {
-  if (row.minRatio === undefined || row.ratio === undefined) return "-";
-  return row.ratio >= row.minRatio ? "PASS" : "FAIL";
+  const checks: boolean[] = [];
+  if (row.minRatio !== undefined && row.ratio !== undefined) checks.push(row.ratio >= row.minRatio);
+  if (row.maxValue !== undefined) checks.push(row.value <= row.maxValue);
+  if (checks.length === 0) return "-";
+  return checks.every(Boolean) ? "PASS" : "FAIL";
 }
 
 /** A row compared with a reference; the ratio is computed here. */
@@ -82,6 +87,13 @@ export function formatNumber(x: number, digits = 0): string {
   return x.toLocaleString("en-US", { minimumFractionDigits: digits, maximumFractionDigits: digits });
 }
 
+function targetOf(r: BenchRow): string {
+  const targets: string[] = [];
+  if (r.minRatio !== undefined) targets.push(`≥ ${(r.minRatio * 100).toFixed(0)}%`);
+  if (r.maxValue !== undefined) targets.push(`≤ ${formatNumber(r.maxValue)} ${r.unit}`);
+  return targets.length === 0 ? "-" : targets.join(", ");
+}
+
 /** The one table: a Markdown table, so it can be pasted into the README as is. */
 export function renderTable(rows: BenchRow[]): string {
   const header = ["section", "metric", "value", "reference (same run)", "ratio", "target", "result"];
@@ -93,7 +105,7 @@ export function renderTable(rows: BenchRow[]): string {
       `${formatNumber(r.value, d)} ${r.unit}`,
       r.reference ? `${r.reference.label}: ${formatNumber(r.reference.value, d)} ${r.reference.unit}` : "-",
       r.ratio === undefined ? "-" : `${(r.ratio * 100).toFixed(1)}%`,
-      r.minRatio === undefined ? "-" : `≥ ${(r.minRatio * 100).toFixed(0)}%`,
+      targetOf(r),
       verdictOf(r),
     ];
   });

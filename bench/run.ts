@@ -25,9 +25,15 @@ import { benchNotices } from "./notices.js";
 import { loadAverage, machineFacts, renderTable, verdictOf, type BenchRow } from "./report.js";
 import type { Section, SectionContext } from "./section.js";
 import { benchSignalLog } from "./signalLog.js";
+import { benchStartup } from "./startup.js";
 
 /** The registry: add a section by adding an entry (its module returns BenchRow[]). */
 const SECTIONS: Section[] = [
+  {
+    name: "startup",
+    description: "start to serving and idle RSS of the shipped artifact (node bin/sessionstate.js) vs bare node -e, and vs tsx from source",
+    run: benchStartup,
+  },
   {
     name: "signal-log",
     description: "AppendEvents (1 and 100 events/call) and GetStatus (200-event delta) vs raw SQLite inserts and a no-op RPC",

@@ -30,7 +30,7 @@ const ACTOR = "agent:bench:producer";
 const STATUS_DELTA = 200;
 
 /** Single-row autocommit inserts per second into the product's events table. */
-export function rawInsertRate(dbPath: string, durationMs: number, warmupMs: number): number {
+function rawInsertRate(dbPath: string, durationMs: number, warmupMs: number): number {
   const db = openDatabase({ path: dbPath });
   try {
     const insert = db.prepare(`INSERT INTO session_state_events

@@ -3,12 +3,8 @@ import fc from "fast-check";
 import { appendFile, chmod, mkdir, mkdtemp, rename, rm, stat, truncate, writeFile } from "node:fs/promises";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
-import {
-  classifyTranscriptRow,
-  StreamingRowClassifier,
-  classifyFacts,
-  type ClassifiedRow,
-} from "../src/upstream/classify.js";
+import { classifyTranscriptRow, classifyFacts, type ClassifiedRow } from "../src/upstream/classify.js";
+import { StreamingRowClassifier } from "../src/upstream/rowTokenizer.js";
 import {
   scanTranscript,
   type ClassifiedItem,

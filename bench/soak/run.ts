@@ -1,7 +1,7 @@
 /**
  * Soak: `npm run soak -- --minutes N [--clients K] [--synchronous normal|full]`.
  *
- * Starts the real service as its own process (bin/sessionstate.js on a fresh database in a
+ * Starts the real service as its own process (bin/sessionstate.js, the shipped build, on a fresh database in a
  * temp dir, loopback only), forks K client processes (bench/soak/client.ts) that drive
  * appends, status reads, watch churn, notice streams with acks and replaying subscribers
  * against it for N minutes, and prints: operations per second (mean and the lowest
@@ -11,14 +11,14 @@
  * errors, integrity_check). Exits non-zero when a bound or the audit fails.
  */
 import { fork } from "node:child_process";
-import { readFileSync, statSync } from "node:fs";
+import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { createServer } from "node:net";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { parseArgs } from "node:util";
-import { integrityCheck } from "../../test/faults/support/dbCheck.js";
-import { killAllServerProcesses, startServerProcess } from "../../test/faults/support/serverProcess.js";
-import { tempDir } from "../../test/support/harness.js";
+import { checkDatabase } from "../../src/cli/database.js";
+import { killAllServers, rssOf, startServer } from "../serverProcess.js";
 import type { ClientReport } from "./client.js";
 import { Histogram } from "./histogram.js";
 
@@ -52,11 +52,6 @@ function freePort(): Promise<number> {
   });
 }
 
-function rss(pid: number): number {
-  const m = /VmRSS:\s+(\d+) kB/.exec(readFileSync(`/proc/${pid}/status`, "utf8"));
-  return m ? Number(m[1]) * 1024 : 0;
-}
-
 const walSize = (db: string) => {
   try {
     return statSync(`${db}-wal`).size;
@@ -68,19 +63,17 @@ const walSize = (db: string) => {
 const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
 
 async function main(): Promise<number> {
-  const dir = tempDir("sessionstate-soak-");
-  const db = join(dir.path, "soak.db");
+  const dir = mkdtempSync(join(tmpdir(), "sessionstate-soak-"));
+  const db = join(dir, "soak.db");
   const port = await freePort();
   // Nothing is pruned during the soak (so the audit can ask for every acknowledged event),
   // but the pruning pass still runs every 30 s alongside the load.
-  const server = await startServerProcess({
-    port,
-    db,
-    entry: "bin",
-    args: ["--retention-rows", "1000000000", "--prune-interval", "30", "--synchronous", values.synchronous!],
-  });
+  const server = await startServer([
+    ...["--port", String(port), "--db", db],
+    ...["--retention-rows", "1000000000", "--prune-interval", "30", "--synchronous", values.synchronous!],
+  ]);
   const samples: { at: number; rss: number; wal: number }[] = [];
-  const sample = () => samples.push({ at: performance.now(), rss: rss(server.pid), wal: walSize(db) });
+  const sample = () => samples.push({ at: performance.now(), rss: rssOf(server.pid), wal: walSize(db) });
   sample();
   const rssAtStart = samples[0].rss;
   console.log(
@@ -122,8 +115,8 @@ async function main(): Promise<number> {
   const rssMax = Math.max(...samples.map((s) => s.rss));
   const walMax = Math.max(...samples.map((s) => s.wal));
   const stopCode = await server.stop();
-  const integrity = integrityCheck(db);
-  dir.remove();
+  const integrity = checkDatabase(db, false);
+  rmSync(dir, { recursive: true, force: true });
 
   // Merge the clients' counts.
   const all = new Histogram();
@@ -186,7 +179,7 @@ main().then(
   (code) => process.exit(code),
   (err) => {
     console.error(`soak: ${err?.stack ?? err}`);
-    killAllServerProcesses();
+    killAllServers();
     process.exit(1);
   },
 );

@@ -51,7 +51,9 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
   const value = (flag: string): string => {
     const s = SETTINGS.find((x) => x.flag === flag)!;
     const given = flags[flag];
-    return (typeof given === "boolean" ? String(given) : given) ?? env[s.env] ?? s.default;
+    // An empty variable counts as unset, so `VAR= sessionstate serve` gets the default.
+    const fromEnv = env[s.env] === "" ? undefined : env[s.env];
+    return (typeof given === "boolean" ? String(given) : given) ?? fromEnv ?? s.default;
   };
   const int = (flag: string, min: number, max: number): number => {
     const raw = value(flag);

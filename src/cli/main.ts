@@ -1,198 +1,68 @@
 /**
  * The `sessionstate` command: `serve` runs the service; the other commands are small
- * clients of a running server, for operators and scripts.
+ * clients of a running server and tools for its database, for operators and scripts.
+ *
+ * Exit codes: 0 done (also --help and --version); 1 the work failed (server unreachable,
+ * database problems); 2 a mistake on the command line or in the configuration (the message
+ * names the flag, followed by the command's usage).
  */
-import { toJson } from "@bufbuild/protobuf";
-import { createClient } from "@connectrpc/connect";
-import { createConnectTransport } from "@connectrpc/connect-node";
-import { parseArgs } from "node:util";
-import { ActorType, EventKind, RunOutcome } from "../../gen/sessionstate/v1/event_pb.js";
-import { GetStatusResponseSchema, StateService, AppendEventsResponseSchema } from "../../gen/sessionstate/v1/state_pb.js";
-import { WatchService, NoticeSchema } from "../../gen/sessionstate/v1/watch_pb.js";
-import { NoticeSubscription } from "../client/noticeSubscription.js";
-import { createLogger } from "../server/logger.js";
-import { startServer } from "../server/server.js";
-import { InsecureBindError } from "../server/auth/exposure.js";
+import { Command, CommanderError } from "commander";
 import { DatabaseInUseError } from "../core/sqlite/processLock.js";
-import { TokenFile } from "../server/auth/tokens.js";
-import { bearerToken } from "../client/bearer.js";
-import { ConfigError, serverConfig, SETTINGS } from "./config.js";
-import { reloadTokensOnSighup, tokenCommand } from "./tokens.js";
-import { runNodeCommand } from "../upstream/nodeAgent.js";
+import { InsecureBindError } from "../server/auth/exposure.js";
+import packageJson from "../../package.json" with { type: "json" };
+import { registerClientCommands } from "./clientCommands.js";
+import { ConfigError } from "./config.js";
+import { registerDatabaseCommands } from "./database.js";
+import { registerNode } from "./node.js";
+import { showUsageAfterErrors, usageOf, type Action } from "./program.js";
+import { registerServe } from "./serve.js";
+import { registerToken } from "./tokens.js";
 
-const USAGE = `Usage: sessionstate <command> [options]
+export async function main(argv: string[]): Promise<number> {
+  let code = 0;
+  const done = async (action: Action<[]>) => {
+    code = await action();
+  };
+  const program = new Command("sessionstate")
+    .description("Session state awareness for multi-agent systems: a durable signal log, watcher cursors and one coalesced notice.")
+    .version(packageJson.version, "-V, --version", "print the version")
+    .helpOption("-h, --help", "show help")
+    .helpCommand("help [command]", "show a command's options")
+    .exitOverride()
+    .addHelpText("after", '\nClient commands send the bearer token in SESSIONSTATE_TOKEN. "sessionstate COMMAND --help" lists a command\'s options.');
+  registerServe(program, done);
+  registerClientCommands(program, done);
+  registerToken(program, done);
+  registerNode(program, done);
+  registerDatabaseCommands(program, done);
+  showUsageAfterErrors(program);
 
-Commands:
-  serve                       Run the service (Connect, gRPC and gRPC-Web on one h2c port)
-  status <sessionKey>         Print a session's stateVersion [--since N] [--limit N] [--agent ID]
-  append <sessionKey>         Append one event: --kind KIND --summary TEXT [--actor human|agent|system]
-                              [--actor-id ID] [--outcome error|timeout|cancelled] [--channel C]
-                              [--dedupe-key K] [--agent ID]
-  tail --agent ID             Print notices for an agent's watchers as they arrive [--ack]
-  token create                Make a bearer token: --name N --role gateway|node|admin|reader
-                              [--agent ID ...] [--node ID] [--json]
-  node --node-id ID           Run a paired Node: stream upstream activity of the JSONL transcripts
-                              under --root DIR (default .) that the service assigns [--budget BYTES]
-
-Client commands reach the server at --server URL (env SESSIONSTATE_URL, default http://127.0.0.1:8080)
-and send the bearer token in SESSIONSTATE_TOKEN when it is set.
-
-serve options (flag, environment variable, default):
-${SETTINGS.map((s) => `  --${s.flag.padEnd(20)} ${s.env.padEnd(32)} ${s.default}`).join("\n")}
-`;
-
-async function main(argv: string[]): Promise<number> {
-  const [command, ...rest] = argv;
-  switch (command) {
-    case "serve":
-      return serve(rest);
-    case "status":
-      return status(rest);
-    case "append":
-      return append(rest);
-    case "tail":
-      return tail(rest);
-    case "token":
-      return tokenCommand(rest);
-    case "node":
-      return runNodeCommand(rest);
-    case undefined:
-    case "help":
-    case "--help":
-    case "-h":
-      process.stdout.write(USAGE);
-      return command === undefined ? 2 : 0;
-    default:
-      process.stderr.write(`unknown command "${command}"\n\n${USAGE}`);
+  let running: Command = program;
+  program.hook("preAction", (_program, action) => {
+    running = action;
+  });
+  try {
+    await program.parseAsync(argv, { from: "user" });
+    return code;
+  } catch (err) {
+    // Commander already printed the message (and the usage): help and version exit 0, every
+    // other parse error (unknown command or option, missing or bad value) 2.
+    if (err instanceof CommanderError) return err.exitCode === 0 ? 0 : 2;
+    process.stderr.write(`sessionstate: ${err instanceof Error ? err.message : String(err)}\n`);
+    if (err instanceof ConfigError) {
+      process.stderr.write(`${usageOf(running)}\n`);
       return 2;
+    }
+    // Refusals of the setting, not failures of the work: another server holds the file, or
+    // the address needs tokens.
+    return err instanceof InsecureBindError || err instanceof DatabaseInUseError ? 2 : 1;
   }
-}
-
-async function serve(args: string[]): Promise<number> {
-  const options = Object.fromEntries(SETTINGS.map((s) => [s.flag, { type: s.boolean ? ("boolean" as const) : ("string" as const) }]));
-  const { values } = parseArgs({ args, options, strict: true });
-  const config = serverConfig(values as Record<string, string | boolean | undefined>, process.env);
-  const logger = createLogger({ level: config.logLevel });
-  const server = await startServer({ ...config, logger });
-  const stopReloading = config.tokens instanceof TokenFile ? reloadTokensOnSighup(config.tokens, logger) : undefined;
-  await new Promise<void>((resolve) => {
-    const stop = (signal: string) => {
-      logger.info("stopping", { signal });
-      resolve();
-    };
-    process.once("SIGTERM", () => stop("SIGTERM"));
-    process.once("SIGINT", () => stop("SIGINT"));
-  });
-  stopReloading?.();
-  await server.close();
-  return 0;
-}
-
-function transport(url: string | undefined) {
-  const token = process.env.SESSIONSTATE_TOKEN;
-  return createConnectTransport({
-    baseUrl: url ?? process.env.SESSIONSTATE_URL ?? "http://127.0.0.1:8080",
-    httpVersion: "2",
-    interceptors: token ? [bearerToken(token)] : [],
-  });
-}
-
-function enumValue<E extends Record<string, string | number>>(e: E, prefix: string, name: string, flag: string): number {
-  const v = e[name.toUpperCase() as keyof E];
-  if (typeof v !== "number") {
-    const names = Object.keys(e).filter((k) => isNaN(Number(k)) && k !== "UNSPECIFIED").map((k) => k.toLowerCase());
-    throw new ConfigError(`--${flag}: expected one of ${names.join(", ")}, got "${name}" (${prefix})`);
-  }
-  return v;
-}
-
-async function status(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: { since: { type: "string" }, limit: { type: "string" }, agent: { type: "string" }, server: { type: "string" } },
-  });
-  if (positionals.length !== 1) throw new ConfigError("status takes exactly one session key");
-  const client = createClient(StateService, transport(values.server));
-  const res = await client.getStatus({
-    session: { sessionKey: positionals[0], agentId: values.agent ?? "" },
-    changesSince: values.since === undefined ? undefined : BigInt(values.since),
-    limit: values.limit === undefined ? undefined : Number(values.limit),
-  });
-  process.stdout.write(JSON.stringify(toJson(GetStatusResponseSchema, res), null, 2) + "\n");
-  return 0;
-}
-
-async function append(args: string[]): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args,
-    allowPositionals: true,
-    options: {
-      kind: { type: "string" },
-      summary: { type: "string" },
-      actor: { type: "string", default: "human" },
-      "actor-id": { type: "string", default: "" },
-      outcome: { type: "string" },
-      channel: { type: "string", default: "" },
-      "dedupe-key": { type: "string", default: "" },
-      agent: { type: "string", default: "" },
-      server: { type: "string" },
-    },
-  });
-  if (positionals.length !== 1) throw new ConfigError("append takes exactly one session key");
-  if (!values.kind || !values.summary) throw new ConfigError("append needs --kind and --summary");
-  const client = createClient(StateService, transport(values.server));
-  const res = await client.appendEvents({
-    events: [
-      {
-        session: { sessionKey: positionals[0], agentId: values.agent },
-        kind: enumValue(EventKind, "event kind", values.kind, "kind"),
-        actorType: enumValue(ActorType, "actor type", values.actor!, "actor"),
-        actorId: values["actor-id"],
-        summary: values.summary,
-        payload: {
-          outcome: values.outcome ? enumValue(RunOutcome, "run outcome", values.outcome, "outcome") : 0,
-          channel: values.channel,
-        },
-        dedupeKey: values["dedupe-key"],
-      },
-    ],
-  });
-  process.stdout.write(JSON.stringify(toJson(AppendEventsResponseSchema, res), null, 2) + "\n");
-  return 0;
-}
-
-async function tail(args: string[]): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: { agent: { type: "string" }, ack: { type: "boolean", default: false }, server: { type: "string" } },
-  });
-  if (!values.agent) throw new ConfigError("tail needs --agent");
-  // Reconnects with backoff and prints each notice once, however often it is replayed.
-  const subscription = new NoticeSubscription(createClient(WatchService, transport(values.server)), {
-    agentId: values.agent,
-    logger: createLogger({ write: (line) => process.stderr.write(line + "\n") }),
-    onNotice: (notice) => {
-      process.stdout.write(JSON.stringify(toJson(NoticeSchema, notice)) + "\n");
-      if (values.ack) void subscription.drain(notice.watcherSessionKey);
-    },
-  });
-  await Promise.race([
-    subscription.ended,
-    new Promise<void>((resolve) => {
-      process.once("SIGINT", resolve);
-      process.once("SIGTERM", resolve);
-    }),
-  ]);
-  await subscription.close();
-  if (subscription.failure) throw subscription.failure;
-  return 0;
 }
 
 main(process.argv.slice(2)).then(
   (code) => process.exit(code),
   (err) => {
-    process.stderr.write(`sessionstate: ${err instanceof Error ? err.message : String(err)}\n`);
-    process.exit(err instanceof ConfigError || err instanceof InsecureBindError || err instanceof DatabaseInUseError ? 2 : 1);
+    process.stderr.write(`sessionstate: ${err instanceof Error ? (err.stack ?? err.message) : String(err)}\n`);
+    process.exit(1);
   },
 );

@@ -2,54 +2,49 @@
  * `sessionstate token create`: makes a secret, prints it once with the token-file entry that
  * admits it; and the SIGHUP reload of a running server's token file.
  */
-import { parseArgs } from "node:util";
+import type { Command } from "commander";
 import type { Logger } from "../server/logger.js";
 import { checkEntry, generateSecret, hashSecret, type TokenEntry, type TokenFile } from "../server/auth/tokens.js";
 import { ConfigError } from "./config.js";
+import { collect, type Action } from "./program.js";
 
-export const TOKEN_USAGE = `Usage: sessionstate token create --name NAME --role gateway|node|admin|reader
-                                [--agent ID ...] [--node ID] [--json]
-
-  --agent ID   gateway: an agent whose sessions it may act for (repeat for more)
-  --node ID    node: the node id it reports for
-  --json       print {"secret": ..., "entry": ...} instead of the explanation
-
-Prints a new secret (shown only this once) and the entry to add to the token file's
-"tokens" list; the file keeps only the secret's SHA-256. Send the server SIGHUP to reload.
-`;
-
-export async function tokenCommand(args: string[]): Promise<number> {
-  const [sub, ...rest] = args;
-  if (sub !== "create") {
-    process.stderr.write(sub === undefined ? TOKEN_USAGE : `unknown token command "${sub}"\n\n${TOKEN_USAGE}`);
-    return 2;
-  }
-  const { values } = parseArgs({
-    args: rest,
-    strict: true,
-    options: {
-      name: { type: "string" },
-      role: { type: "string" },
-      agent: { type: "string", multiple: true },
-      node: { type: "string" },
-      json: { type: "boolean", default: false },
-    },
-  });
-  const { secret, entry } = createToken({ name: values.name, role: values.role, agentIds: values.agent, nodeId: values.node });
-  if (values.json) {
-    process.stdout.write(JSON.stringify({ secret, entry }) + "\n");
-    return 0;
-  }
-  const scope =
-    entry.role === "gateway" ? `, agents ${entry.agent_ids!.join(", ")}` : entry.role === "node" ? `, node ${entry.node_id}` : "";
-  process.stdout.write(
-    `Token "${entry.name}" (role ${entry.role}${scope}).\n\n` +
-      `Secret, shown only now: give it to the client as "Authorization: Bearer <secret>"\n` +
-      `(the sessionstate client commands read it from SESSIONSTATE_TOKEN):\n\n${secret}\n\n` +
-      `Add this entry to the "tokens" list of the token file, then send the server SIGHUP:\n\n` +
-      `${JSON.stringify(entry)}\n`,
+export function registerToken(program: Command, done: (action: Action<[]>) => Promise<void>): void {
+  const token = program.command("token").description("Manage bearer tokens");
+  const create = token
+    .command("create")
+    .description("Make a bearer token: print a new secret (only this once) and the token-file entry that admits it")
+    .requiredOption("--name <name>", "who holds the token (shown in logs)")
+    .requiredOption("--role <role>", "gateway, node, admin or reader")
+    .option("--agent <id>", "gateway: an agent whose sessions it may act for (repeat for more)", collect)
+    .option("--node <id>", "node: the node id it reports for")
+    .option("--json", 'print {"secret": ..., "entry": ...} instead of the explanation', false)
+    .addHelpText(
+      "after",
+      '\nAdd the printed entry to the "tokens" list of the token file (it keeps only the secret\'s\nSHA-256), then send the server SIGHUP to reload it.',
+    );
+  create.action(() =>
+    done(async () => {
+      const o = create.opts<{ name: string; role: string; agent?: string[]; node?: string; json: boolean }>();
+      const spec: { name: string; role: string; agentIds?: string[]; nodeId?: string } = { name: o.name, role: o.role };
+      if (o.agent !== undefined) spec.agentIds = o.agent;
+      if (o.node !== undefined) spec.nodeId = o.node;
+      const { secret, entry } = createToken(spec);
+      if (o.json) {
+        process.stdout.write(JSON.stringify({ secret, entry }) + "\n");
+        return 0;
+      }
+      const scope =
+        entry.role === "gateway" ? `, agents ${entry.agent_ids!.join(", ")}` : entry.role === "node" ? `, node ${entry.node_id}` : "";
+      process.stdout.write(
+        `Token "${entry.name}" (role ${entry.role}${scope}).\n\n` +
+          `Secret, shown only now: give it to the client as "Authorization: Bearer <secret>"\n` +
+          `(the sessionstate client commands read it from SESSIONSTATE_TOKEN):\n\n${secret}\n\n` +
+          `Add this entry to the "tokens" list of the token file, then send the server SIGHUP:\n\n` +
+          `${JSON.stringify(entry)}\n`,
+      );
+      return 0;
+    }),
   );
-  return 0;
 }
 
 /** A new secret and its entry; the entry is checked by the same rules as the token file. */

@@ -2,7 +2,8 @@
  * Generated clients for a Gateway over one HTTP/2 connection it owns, so closing them
  * leaves no socket behind.
  */
-import { createClient, type Client, type Transport } from "@connectrpc/connect";
+import type { DescService } from "@bufbuild/protobuf";
+import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
 import {
   createConnectTransport,
   createGrpcTransport,
@@ -13,6 +14,8 @@ import {
 import { bearerToken } from "./bearer.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
+import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
+import { UpstreamService } from "../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
 
 export type Protocol = "connect" | "grpc" | "grpc-web";
@@ -24,12 +27,18 @@ export interface GatewayClientOptions {
   http2?: Http2SessionOptions;
   /** Bearer token sent with every call (servers started with a token file require one). */
   token?: string;
+  /** More interceptors, run after the bearer token's. */
+  interceptors?: Interceptor[];
 }
 
 export interface GatewayClients {
   state: Client<typeof StateService>;
   sessions: Client<typeof SessionService>;
   watch: Client<typeof WatchService>;
+  transcripts: Client<typeof TranscriptService>;
+  upstream: Client<typeof UpstreamService>;
+  /** A client for any service descriptor (e.g. one added after this package) over the same connection. */
+  client<S extends DescService>(service: S): Client<S>;
   transport: Transport;
   /** Closes the connection; calls still in flight fail. Close subscriptions first. */
   close(): void;
@@ -37,7 +46,7 @@ export interface GatewayClients {
 
 export function createGatewayClients(baseUrl: string, options: GatewayClientOptions = {}): GatewayClients {
   const sessionManager = new Http2SessionManager(baseUrl, options.http2);
-  const interceptors = options.token === undefined ? [] : [bearerToken(options.token)];
+  const interceptors = [...(options.token === undefined ? [] : [bearerToken(options.token)]), ...(options.interceptors ?? [])];
   const transportOptions = { baseUrl, httpVersion: "2" as const, sessionManager, interceptors };
   const transport =
     options.protocol === "grpc"
@@ -49,6 +58,9 @@ export function createGatewayClients(baseUrl: string, options: GatewayClientOpti
     state: createClient(StateService, transport),
     sessions: createClient(SessionService, transport),
     watch: createClient(WatchService, transport),
+    transcripts: createClient(TranscriptService, transport),
+    upstream: createClient(UpstreamService, transport),
+    client: (service) => createClient(service, transport),
     transport,
     close: () => sessionManager.abort(),
   };

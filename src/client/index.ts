@@ -1,12 +1,20 @@
-/** Client helpers for Gateways: generated clients, best-effort recording, notice subscription. */
-export { createClient, Code, ConnectError, type Client, type CallOptions } from "@connectrpc/connect";
-export { SessionService, SessionKind, type Session } from "../../gen/sessionstate/v1/session_pb.js";
-export { StateService, type GetStatusResponse } from "../../gen/sessionstate/v1/state_pb.js";
-export { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
-export { EventKind, ActorType, RunOutcome, type SessionStateEvent } from "../../gen/sessionstate/v1/event_pb.js";
+/**
+ * The client of sessionstate for Gateways (published as @sessionstate/client): the generated
+ * messages, enums and service descriptors of every sessionstate.v1 service, clients over one
+ * connection, best-effort recording and the notice subscription.
+ */
+export { createClient, Code, ConnectError, type Client, type CallOptions, type Interceptor, type Transport } from "@connectrpc/connect";
+export * from "../../gen/sessionstate/v1/event_pb.js";
+export * from "../../gen/sessionstate/v1/message_pb.js";
+export * from "../../gen/sessionstate/v1/requester_pb.js";
+export * from "../../gen/sessionstate/v1/session_pb.js";
+export * from "../../gen/sessionstate/v1/state_pb.js";
+export * from "../../gen/sessionstate/v1/transcript_pb.js";
+export * from "../../gen/sessionstate/v1/upstream_pb.js";
+export * from "../../gen/sessionstate/v1/watch_pb.js";
 export { createGatewayClients, type GatewayClients, type GatewayClientOptions, type Protocol } from "./clients.js";
 export { bearerToken } from "./bearer.js";
-export { stderrLogger, type ClientLogger } from "./logger.js";
+export { jsonLogger, stderrLogger, type ClientLogger } from "./logger.js";
 export {
   recordEvent,
   recordEvents,

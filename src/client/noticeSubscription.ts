@@ -33,7 +33,7 @@ export const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 250, maxMs: 30_000, m
 export const DEFAULT_IDLE_TIMEOUT_MS = 45_000;
 export const DEFAULT_ACK_TIMEOUT_MS = 5_000;
 /** How many acked notice texts are remembered to drop late replays of them. */
-export const DEFAULT_REMEMBER_ACKED = 10_000;
+const DEFAULT_REMEMBER_ACKED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
 /** Answers that a retry cannot change, so the subscription stops instead of reconnecting. */
 const REFUSALS = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);
@@ -112,7 +112,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly ackTimeoutMs: number;
   private readonly logger: ClientLogger;
   private readonly random: () => number;
-  private readonly onWake?: (watcherKey: string, notice: Notice) => void;
+  private readonly onWake: ((watcherKey: string, notice: Notice) => void) | undefined;
 
   /** Queued notices per watcher, by target (one per pair, like the service), oldest first. */
   private readonly queued = new Map<string, Map<string, Notice>>();
@@ -128,8 +128,8 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private current: SubscriptionState = "connecting";
   private stopping = false;
   private attempt = 0;
-  private streamAbort?: AbortController;
-  private cancelWait?: () => void;
+  private streamAbort: AbortController | undefined;
+  private cancelWait: (() => void) | undefined;
   private closing?: Promise<void>;
   private failureError?: ConnectError;
   private readonly loop: Promise<void>;

@@ -45,7 +45,7 @@ export type RecordResult =
 export async function recordEvent(client: StateClient, event: EventInit, options: RecordEventOptions = {}): Promise<RecordResult> {
   const input = options.dedupeKey === undefined ? event : { ...event, dedupeKey: options.dedupeKey };
   const [result] = await recordEvents(client, [input], options);
-  return result;
+  return result!; // one result per event
 }
 
 /**
@@ -59,7 +59,7 @@ export async function recordEvents(client: StateClient, events: EventInit[], opt
   const timeoutMs = options.timeoutMs ?? DEFAULT_RECORD_TIMEOUT_MS;
   const started = performance.now();
   try {
-    const response = await client.appendEvents({ events }, { timeoutMs, signal: options.signal });
+    const response = await client.appendEvents({ events }, options.signal === undefined ? { timeoutMs } : { timeoutMs, signal: options.signal });
     return events.map((_, i) => resultOf(response.results[i]));
   } catch (err) {
     const error = ConnectError.from(err);

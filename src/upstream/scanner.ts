@@ -47,20 +47,16 @@
 import { open, stat } from "node:fs/promises";
 import type { FileHandle } from "node:fs/promises";
 import { dirname } from "node:path";
-import {
-  MAX_STREAM_TEXT_BYTES,
-  StreamingRowClassifier,
-  type ClassifiedRow,
-  type StreamingRowSnapshot,
-} from "./classify.js";
+import type { ClassifiedRow } from "./classify.js";
+import { MAX_STREAM_TEXT_BYTES, StreamingRowClassifier, type StreamingRowSnapshot } from "./rowTokenizer.js";
 
 export const DEFAULT_BUDGET_BYTES = 1024 * 1024;
-export const DEFAULT_MAX_TEXT_BYTES = 8 * 1024;
+const DEFAULT_MAX_TEXT_BYTES = 8 * 1024;
 /** Default read buffer; an unfinished row longer than this is carried in marker.pending. */
-export const DEFAULT_LINE_BUFFER_BYTES = 1024 * 1024;
+const DEFAULT_LINE_BUFFER_BYTES = 1024 * 1024;
 
 /** Progress inside an oversized row that is being streamed across calls. */
-export interface PartialRowState {
+interface PartialRowState {
   /** File offset of the row's first byte. */
   rowStart: number;
   /** Opaque, JSON-serialisable lexer state. */

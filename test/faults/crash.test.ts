@@ -26,7 +26,7 @@ import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService, type EventInput } from "../../gen/sessionstate/v1/state_pb.js";
 import { tempDir } from "../support/harness.js";
 import { integrityCheck, rng, seedFor, withReadOnly } from "./support/dbCheck.js";
-import { killAllServerProcesses, serverBundle, stablePort, startServerProcess } from "./support/serverProcess.js";
+import { killAllServerProcesses, stablePort, startServerProcess } from "./support/serverProcess.js";
 
 const ROUNDS = Number(process.env.CRASH_ROUNDS ?? 200);
 const LANES = Number(process.env.CRASH_LANES ?? 4);
@@ -36,7 +36,6 @@ const dirs: { remove(): void }[] = [];
 afterAll(async () => {
   killAllServerProcesses();
   for (const d of dirs) d.remove();
-  (await serverBundle()).remove();
 });
 
 type Status = "acked" | "unknown" | "found" | "absent";
@@ -204,13 +203,7 @@ type KillMode = "after-acks" | "after-delay" | "after-deleting-newest";
 
 async function crashRound(lane: Lane, round: number): Promise<void> {
   const r = lane.random;
-  // The first round of lane 0 goes through the checked-in launcher, the rest through the bundle.
-  const server = await startServerProcess({
-    port: lane.port,
-    db: lane.db,
-    entry: lane.id === 0 && round === 0 ? "bin" : "bundle",
-    args: ["--prune-interval", "0"],
-  });
+  const server = await startServerProcess({ port: lane.port, db: lane.db, args: ["--prune-interval", "0"] });
   lane.startups.push(server.startupMs);
   const c = clients(server.url);
   await verify(lane, c, round);
@@ -289,7 +282,6 @@ describe("kill -9 during a stream of appends", () => {
   it(`keeps every acknowledged event across ${ROUNDS} kills`, { timeout: 600_000 }, async () => {
     const started = performance.now();
     const cpuBefore = process.cpuUsage();
-    await serverBundle();
     const random = rng(SEED);
     const lanes: Lane[] = [];
     for (let id = 0; id < LANES; id++) {
@@ -323,13 +315,13 @@ describe("kill -9 during a stream of appends", () => {
       }),
     );
 
-    const startups = lanes.flatMap((l) => l.startups.slice(l.id === 0 ? 1 : 0)).sort((a, b) => a - b);
+    const startups = lanes.flatMap((l) => l.startups).sort((a, b) => a - b);
     const q = (p: number) => Math.round(startups[Math.min(startups.length - 1, Math.floor(p * startups.length))]);
     console.log(
       `[crash] seed=${SEED} kills=${lanes.reduce((n, l) => n + l.startups.length, 0)} lanes=${LANES} ` +
         `acked events=${lanes.reduce((n, l) => n + l.acked, 0)} ` +
         `unacked found=${lanes.reduce((n, l) => n + l.foundUnacked, 0)} unacked lost=${lanes.reduce((n, l) => n + l.lostUnacked, 0)} ` +
-        `start-up ms p50=${q(0.5)} p90=${q(0.9)} max=${q(1)} (bin launcher: ${Math.round(lanes[0].startups[0])} ms) ` +
+        `start-up ms p50=${q(0.5)} p90=${q(0.9)} max=${q(1)} ` +
         `wall=${((performance.now() - started) / 1000).toFixed(1)} s client cpu=${((process.cpuUsage(cpuBefore).user + process.cpuUsage(cpuBefore).system) / 1e6).toFixed(1)} s`,
     );
     expect(lanes.flatMap((l) => l.violations)).toEqual([]);

@@ -7,7 +7,7 @@
 import type { Client } from "@connectrpc/connect";
 import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
 import type { StateService } from "../../gen/sessionstate/v1/state_pb.js";
-import type { Notice, StreamNoticesRequest, WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
+import type { Notice, WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
 import type { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { StreamNoticesRequestSchema } from "../../gen/sessionstate/v1/watch_pb.js";
@@ -73,7 +73,7 @@ export class NoticeStream {
   }
 }
 
-export const BARRIER_TARGET_PREFIX = "agent:barrier:target-";
+const BARRIER_TARGET_PREFIX = "agent:barrier:target-";
 
 let barrierCount = 0;
 
@@ -96,4 +96,3 @@ export async function barrier(
   await clients.watch.unwatch({ watcherSessionKey: watcherKey, targetSessionKey: target });
 }
 
-export type { StreamNoticesRequest };

@@ -1,6 +1,6 @@
 /**
- * Mapping between the upstream protobuf messages and the core's plain types. Used by the
- * service's handlers and by the reference Node agent (both ends of ConnectNode).
+ * Mapping between the upstream protobuf messages and the core's plain types, on the
+ * service's side of ConnectNode (the Node's side is src/upstream/wire.ts).
  */
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
@@ -49,42 +49,6 @@ export function assignmentMessage(check: up.CheckAssignment): CheckAssignment {
     markerVersion: BigInt(check.markerVersion),
     catalog: check.catalog,
     threadId: check.threadId,
-  });
-}
-
-/** An assignment as a Node reads it. An unknown kind stays unknown (the Node answers indeterminate). */
-export function assignmentOf(message: CheckAssignment, nodeId: string): up.CheckAssignment {
-  return {
-    linkId: message.linkId,
-    nodeId,
-    kind: kindName(message.kind) as up.UpstreamKind,
-    ref: message.ref,
-    marker: message.marker,
-    markerVersion: Number(message.markerVersion),
-    catalog: message.catalog,
-    threadId: message.threadId,
-  };
-}
-
-function kindName(kind: number): string {
-  try {
-    return upstreamKinds.required("kind", kind);
-  } catch {
-    return `unknown(${kind})`;
-  }
-}
-
-export function reportMessage(report: up.CheckReport): CheckReport {
-  return create(CheckReportSchema, {
-    linkId: report.linkId,
-    markerVersion: BigInt(report.markerVersion),
-    status: checkStatuses.number(report.status),
-    humanTurns: report.humanTurns,
-    marker: report.marker,
-    error: report.error,
-    counts: report.counts,
-    bytesRead: BigInt(report.bytesRead),
-    rotated: report.rotated,
   });
 }
 

@@ -1,49 +1,23 @@
 /**
  * The real service as a separate OS process, for fault tests that kill it.
  *
- * `node bin/sessionstate.js serve` compiles TypeScript through tsx on every start, which
- * costs about a second of CPU; a crash test with hundreds of kills cannot afford that. So
- * the same CLI entry (src/cli/main.ts) is bundled once per test run with esbuild (already
- * installed as tsx's compiler) and started with plain `node`: same code, same flags, same
- * process model, only pre-compiled. `entry: "bin"` starts the checked-in launcher instead.
+ * It runs what ships: `node bin/sessionstate.js serve`, which runs the bundle `npm run build`
+ * makes (dist/sessionstate.cjs) through its code cache; the test set-up rebuilds the bundle
+ * when a source file is newer.
  */
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
-import { mkdtempSync, readFileSync, rmSync, symlinkSync } from "node:fs";
-import { tmpdir } from "node:os";
+import { existsSync, readFileSync } from "node:fs";
 import { connect, createServer as createNetServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { Health, HealthCheckResponse_ServingStatus } from "../../../gen/grpc/health/v1/health_pb.js";
 
 export const ROOT = fileURLToPath(new URL("../../..", import.meta.url));
-
-let bundle: Promise<{ path: string; remove(): void }> | undefined;
-
-/** Bundles src/cli/main.ts into one ES module (once per test file); better-sqlite3 stays external. */
-export function serverBundle(): Promise<{ path: string; remove(): void }> {
-  return (bundle ??= (async () => {
-    const { build } = await import("esbuild");
-    const dir = mkdtempSync(join(tmpdir(), "sessionstate-bundle-"));
-    // The bundle resolves its one external (the native better-sqlite3) from the repository.
-    symlinkSync(join(ROOT, "node_modules"), join(dir, "node_modules"), "dir");
-    const path = join(dir, "sessionstate.mjs");
-    await build({
-      entryPoints: [join(ROOT, "src/cli/main.ts")],
-      bundle: true,
-      platform: "node",
-      format: "esm",
-      target: "node20",
-      external: ["better-sqlite3"],
-      outfile: path,
-      logLevel: "error",
-      // Some dependencies are CommonJS that call require(): give the ES module one.
-      banner: { js: "import { createRequire as __cr } from 'node:module'; const require = __cr(import.meta.url);" },
-    });
-    return { path, remove: () => rmSync(dir, { recursive: true, force: true }) };
-  })());
-}
+/** The server as it ships (see scripts/build.mjs) and its launcher. */
+const SERVER_BUNDLE = join(ROOT, "dist/sessionstate.cjs");
+const LAUNCHER = join(ROOT, "bin/sessionstate.js");
 
 /**
  * A free port below the kernel's ephemeral range (read from /proc where it can be), for a
@@ -100,8 +74,6 @@ export function killAllServerProcesses(): void {
 export interface StartOptions {
   port: number;
   db: string;
-  /** "bundle" (default) or the checked-in launcher "bin". */
-  entry?: "bundle" | "bin";
   /** More `serve` flags, e.g. ["--retention-rows", "100"]. */
   args?: string[];
   /** Give up waiting for readiness after this long. Default 30 s. */
@@ -109,11 +81,11 @@ export interface StartOptions {
 }
 
 export async function startServerProcess(options: StartOptions): Promise<ServerProcess> {
-  const entry = options.entry === "bin" ? join(ROOT, "bin/sessionstate.js") : (await serverBundle()).path;
+  if (!existsSync(SERVER_BUNDLE)) throw new Error(`${SERVER_BUNDLE} is missing: run \`npm run build\``);
   const started = performance.now();
   const child = spawn(
     process.execPath,
-    [entry, "serve", "--port", String(options.port), "--db", options.db, "--log-level", "warn", ...(options.args ?? [])],
+    [LAUNCHER, "serve", "--port", String(options.port), "--db", options.db, "--log-level", "warn", ...(options.args ?? [])],
     { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
   );
   live.add(child);
@@ -158,7 +130,7 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
  * probed with bare TCP connects first (every few ms, cheap), since the server listens
  * only once the database is open, recovered and pruned.
  */
-export async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
+async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
   const { hostname, port } = new URL(url);
   const deadline = performance.now() + timeoutMs;
   const listening = () =>

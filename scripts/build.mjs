@@ -1,0 +1,148 @@
+#!/usr/bin/env node
+/**
+ * The build (`npm run build`; `npm ci` runs it through `prepare`).
+ *
+ *   node scripts/build.mjs              everything: server bundle, server declarations, client package
+ *   node scripts/build.mjs server       only the server bundle (about a second)
+ *   node scripts/build.mjs --if-stale   the server bundle, only when one of its inputs changed
+ *                                       since it was built (`npm start` and the test set-up)
+ *
+ * The server ships as one CommonJS file, dist/sessionstate.cjs (src/cli/main.ts with every
+ * dependency but the native better-sqlite3 inlined), which bin/sessionstate.js runs through
+ * a V8 code cache: plain `node` loads one file instead of a few hundred modules, without the
+ * ES module loader, and skips compiling what the last run compiled. The build starts it once
+ * (serve on port 0, a temporary database) so the first real start finds the cache, which
+ * also checks that the artifact serves. Its declarations go to dist/types. The client package (packages/client) is compiled by tsc from gen/ and
+ * src/client/ with the flags its consumers use.
+ *
+ * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
+ */
+import { spawn } from "node:child_process";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join, relative } from "node:path";
+import { fileURLToPath } from "node:url";
+
+const ROOT = fileURLToPath(new URL("..", import.meta.url));
+const DIST = join(ROOT, "dist");
+export const SERVER_BUNDLE = join(DIST, "sessionstate.cjs");
+const CODE_CACHE = join(DIST, ".code-cache");
+/** Every file the last bundle was made from (esbuild's metafile), for the staleness check. */
+const INPUTS = join(DIST, "sessionstate.inputs.json");
+/** Files that change the bundle without being one of its inputs. */
+const BUILD_FILES = ["package.json", "package-lock.json", "scripts/build.mjs", "bin/sessionstate.js"];
+
+export async function buildServer() {
+  const { build } = await import("esbuild");
+  mkdirSync(DIST, { recursive: true });
+  const result = await build({
+    absWorkingDir: ROOT,
+    entryPoints: ["src/cli/main.ts"],
+    bundle: true,
+    platform: "node",
+    format: "cjs",
+    target: "node20",
+    // Native: loaded from node_modules at run time.
+    external: ["better-sqlite3"],
+    outfile: SERVER_BUNDLE,
+    sourcemap: "linked",
+    metafile: true,
+    logLevel: "error",
+    legalComments: "linked",
+  });
+  writeFileSync(INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
+  rmSync(CODE_CACHE, { recursive: true, force: true });
+  await warmCodeCache();
+}
+
+/** Starts the artifact once, until bin/sessionstate.js has written its code cache. */
+async function warmCodeCache() {
+  const dir = mkdtempSync(join(tmpdir(), "sessionstate-build-"));
+  const child = spawn(process.execPath, [join(ROOT, "bin/sessionstate.js"), "serve", "--port", "0", "--db", join(dir, "warm.db"), "--log-level", "warn"], {
+    cwd: ROOT,
+    stdio: ["ignore", "ignore", "pipe"],
+  });
+  let stderr = "";
+  child.stderr.on("data", (chunk) => (stderr += chunk));
+  const exited = new Promise((resolve) => child.once("exit", resolve));
+  try {
+    const deadline = Date.now() + 20_000;
+    const cached = () => existsSync(CODE_CACHE) && readdirSync(CODE_CACHE).some((f) => f.endsWith(".bin"));
+    while (!cached()) {
+      if (child.exitCode !== null) throw new Error(`the built server exited (${child.exitCode}) at its first start: ${stderr}`);
+      if (Date.now() > deadline) throw new Error(`the built server wrote no code cache within 20 s: ${stderr}`);
+      await new Promise((r) => setTimeout(r, 50));
+    }
+  } finally {
+    child.kill("SIGTERM");
+    await exited;
+    rmSync(dir, { recursive: true, force: true });
+  }
+}
+
+/** Whether the bundle is missing or older than any file it was made from. */
+export function serverStale() {
+  if (!existsSync(SERVER_BUNDLE) || !existsSync(INPUTS)) return true;
+  const built = statSync(SERVER_BUNDLE).mtimeMs;
+  const inputs = [...JSON.parse(readFileSync(INPUTS, "utf8")), ...BUILD_FILES];
+  return inputs.some((file) => {
+    try {
+      return statSync(join(ROOT, file)).mtimeMs > built;
+    } catch {
+      return true; // an input went away: rebuild
+    }
+  });
+}
+
+function tsc(project) {
+  const bin = join(ROOT, "node_modules/typescript/bin/tsc");
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [bin, "-p", project], { cwd: ROOT, stdio: "inherit" });
+    child.once("exit", (code) => (code === 0 ? resolve() : reject(new Error(`tsc -p ${project} failed`))));
+  });
+}
+
+export function buildDeclarations() {
+  rmSync(join(DIST, "types"), { recursive: true, force: true });
+  return tsc("tsconfig.build.json");
+}
+
+export function buildClient() {
+  rmSync(join(ROOT, "packages/client/dist"), { recursive: true, force: true });
+  return tsc("packages/client/tsconfig.build.json");
+}
+
+async function main(args) {
+  const started = performance.now();
+  const step = async (name, fn) => {
+    const t0 = performance.now();
+    await fn();
+    process.stderr.write(`build: ${name} (${Math.round(performance.now() - t0)} ms)\n`);
+  };
+  if (args.includes("--if-stale")) {
+    if (serverStale()) await step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer);
+    return;
+  }
+  const only = args.filter((a) => !a.startsWith("-"));
+  const known = ["server", "types", "client"];
+  const unknown = only.filter((a) => !known.includes(a));
+  if (unknown.length > 0) {
+    process.stderr.write(`build: unknown part(s) ${unknown.join(", ")}; parts: ${known.join(", ")}\n`);
+    process.exit(2);
+  }
+  const parts = only.length > 0 ? only : known;
+  // The two tsc runs are independent of the bundle and of each other: in parallel.
+  await Promise.all([
+    parts.includes("server") && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
+    parts.includes("types") && step("server declarations dist/types", buildDeclarations),
+    parts.includes("client") && step("client package packages/client/dist", buildClient),
+  ]);
+  process.stderr.write(`build: done in ${Math.round(performance.now() - started)} ms\n`);
+}
+
+if (process.argv[1] && fileURLToPath(import.meta.url) === process.argv[1]) {
+  main(process.argv.slice(2)).catch((err) => {
+    process.stderr.write(`build: ${err instanceof Error ? err.message : String(err)}\n`);
+    process.exit(1);
+  });
+}
