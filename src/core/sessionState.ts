@@ -56,7 +56,7 @@ import {
 } from "./signalLog.js";
 import type { CursorPage, Storage, WatcherSelector } from "./storage.js";
 import { checkCount, checkRange, checkSummary, checkText, checkToken } from "./validation.js";
-import { WatchableStore } from "./watchableStore.js";
+import { NOTICES_TOPIC, WatchableStore } from "./watchableStore.js";
 
 export type { AckOutcome } from "./noticeProtocol.js";
 export type { SpawnOutcome } from "./registry.js";
@@ -161,7 +161,9 @@ export class SessionState {
     this.store = new WatchableStore(options.storage, this.clock, options.metrics, options.onBackgroundError);
     installFanOut(this.store);
     // Another replica committed notices for these agents: local subscribers re-read.
-    this.stopWakeups = options.storage.onWakeup((agents) => this.store.bus.wake(agents));
+    this.stopWakeups = options.storage.onWakeup((topic, agents) => {
+      if (topic === NOTICES_TOPIC || agents === "all") this.store.bus.wake(agents);
+    });
     this.retention = options.retention ?? DEFAULT_RETENTION;
     this.maxWatchersPerTarget = options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET;
   }

@@ -54,11 +54,12 @@ export interface Storage {
   /** A unit of work in one transaction; retried whole when the backend reports a transient conflict. */
   write<T>(unit: (tx: Tx) => Promise<T>, options?: WriteOptions): Promise<T>;
   /**
-   * Wake-ups from other service processes: these agents' watchers may have new notices, or
-   * "all" after this process was out of touch (it reconnected). Only a shared backend has
-   * other processes; the embedded one never calls the listener.
+   * Wake-ups from other service processes: something announced under `topic` for these keys
+   * (for "notices": the agents whose watchers may have new notices), or "all" after this
+   * process was out of touch (it reconnected) and must re-read everything. Only a shared
+   * backend has other processes; the embedded one never calls the listener.
    */
-  onWakeup(listener: (agents: readonly string[] | "all") => void): () => void;
+  onWakeup(listener: WakeupListener): () => void;
   /** Whether this process runs the singleton job `job` now (pruning, the upstream tick). */
   leadership(job: SingletonJob): Leadership;
   /** Whether the database answers a trivial query now (readiness). */
@@ -68,6 +69,9 @@ export interface Storage {
 }
 
 export type SingletonJob = "prune" | "upstream";
+
+/** What a wake-up is about (a topic) and for whom; keys "all" = re-read everything. */
+export type WakeupListener = (topic: string, keys: readonly string[] | "all") => void;
 
 /** One process at a time runs a singleton job; another takes over when it goes. */
 export interface Leadership {
@@ -90,11 +94,12 @@ export interface Tx {
    */
   lock(sessions: readonly SessionId[]): Awaitable<void>;
   /**
-   * Wakes other service processes watching for notices of these agents, when the
-   * transaction commits (PostgreSQL NOTIFY; nothing to do for SQLite's single process).
-   * Carries no notice: the cursor rows stay the truth.
+   * Wakes other service processes interested in `topic` for these keys (for "notices": the
+   * agents whose watchers have new notices), when the transaction commits (PostgreSQL
+   * NOTIFY; nothing to do for SQLite's single process). Carries no content: the rows stay
+   * the truth, and the woken process re-reads them.
    */
-  announce(agentIds: readonly string[]): Awaitable<void>;
+  announce(topic: string, keys: readonly string[]): Awaitable<void>;
 }
 
 // ---- Signal log (SPEC §2, §3.3, §3.4) ---------------------------------------------------------

@@ -50,6 +50,9 @@ class UnitContext implements WriteContext {
   }
 }
 
+/** The wake-up topic of notices: keys are the agents of the watchers that have news. */
+export const NOTICES_TOPIC = "notices";
+
 const targetId = (t: SessionId) => `${t.agentId}\u0000${t.sessionKey}`;
 
 export class WatchableStore {
@@ -84,7 +87,7 @@ export class WatchableStore {
       // A fresh context per attempt: a retried unit queues its notices again.
       ctx = new UnitContext(tx, this.clock());
       const value = await unit(ctx);
-      if (ctx.notices.length > 0) await tx.announce(agentsOf(ctx.notices));
+      if (ctx.notices.length > 0) await tx.announce(NOTICES_TOPIC, agentsOf(ctx.notices));
       return value;
     }, options);
     this.publish(ctx);

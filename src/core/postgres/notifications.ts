@@ -1,9 +1,10 @@
 /**
  * Wake-ups between replicas (SPEC §7). A replica that commits notices sends `NOTIFY` on one
- * channel naming the agents whose watchers have news; every other replica re-reads those
- * agents' pending cursors for its own subscribers. The payload never carries a notice (it is
- * limited to 8,000 bytes, and lost while a listener is disconnected): the cursor rows stay
- * the truth, and a listener that (re)connects wakes every subscriber ("all") to re-read.
+ * channel naming, per topic, the keys that have news (for notices: the agents whose
+ * watchers have news); every other replica re-reads those rows for its own subscribers. The
+ * payload never carries content (it is limited to 8,000 bytes, and lost while a listener is
+ * disconnected): the rows stay the truth, and a listener that (re)connects wakes every
+ * subscriber ("all") to re-read.
  */
 import { createHash } from "node:crypto";
 import pg from "pg";
@@ -16,12 +17,16 @@ export function channelName(schema: string): string {
 /** Agents per payload before it says "every agent" instead (keeps it far below 8,000 bytes). */
 const MAX_PAYLOAD_BYTES = 6000;
 
-export function wakeupPayload(replicaId: string, agents: ReadonlySet<string>): string {
-  const payload = JSON.stringify({ r: replicaId, a: [...agents] });
-  return Buffer.byteLength(payload) <= MAX_PAYLOAD_BYTES ? payload : JSON.stringify({ r: replicaId, a: "*" });
+/** `{r: replica, w: {topic: [keys] | "*"}}`; a topic whose keys do not fit says "*" (every key). */
+export function wakeupPayload(replicaId: string, wake: ReadonlyMap<string, ReadonlySet<string>>): string {
+  const full: Record<string, string[] | "*"> = {};
+  for (const [topic, keys] of wake) full[topic] = [...keys];
+  const payload = JSON.stringify({ r: replicaId, w: full });
+  if (Buffer.byteLength(payload) <= MAX_PAYLOAD_BYTES) return payload;
+  return JSON.stringify({ r: replicaId, w: Object.fromEntries([...wake.keys()].map((t) => [t, "*"])) });
 }
 
-type Listener = (agents: readonly string[] | "all") => void;
+type Listener = (topic: string, keys: readonly string[] | "all") => void;
 type Log = (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
 
 /** The LISTEN connection of one replica, reconnecting with backoff for as long as it runs. */
@@ -67,7 +72,7 @@ export class NoticeChannel {
     this.connected = true;
     this.backoffMs = 100;
     // Anything announced while nobody listened is in the cursors: every subscriber re-reads.
-    if (wasDown) this.emit("all");
+    if (wasDown) this.emitAll();
   }
 
   private lost(client: pg.Client, err: Error): void {
@@ -94,22 +99,27 @@ export class NoticeChannel {
   }
 
   private deliver(payload: string | undefined): void {
-    let parsed: { r?: string; a?: string[] | "*" };
+    let parsed: { r?: string; w?: Record<string, string[] | "*"> };
     try {
       parsed = JSON.parse(payload ?? "");
     } catch {
       return;
     }
     if (parsed.r === this.replicaId) return; // our own commit: published locally already
-    this.emit(parsed.a === "*" || !Array.isArray(parsed.a) ? "all" : parsed.a);
+    for (const [topic, keys] of Object.entries(parsed.w ?? {})) this.emit(topic, Array.isArray(keys) ? keys : "all");
   }
 
-  private emit(agents: readonly string[] | "all"): void {
+  /** After being out of touch: every topic, every key. */
+  private emitAll(): void {
+    this.emit("*", "all");
+  }
+
+  private emit(topic: string, keys: readonly string[] | "all"): void {
     for (const l of this.listeners) {
       try {
-        l(agents);
+        l(topic, keys);
       } catch (err) {
-        this.log?.("error", "notice wake-up listener failed", { error: String(err) });
+        this.log?.("error", "wake-up listener failed", { topic, error: String(err) });
       }
     }
   }

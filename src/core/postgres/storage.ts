@@ -23,7 +23,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
 import type { SessionId } from "../keys.js";
-import type { Leadership, SingletonJob, Storage, Tx, WriteOptions } from "../storage.js";
+import type { Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
 import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
@@ -81,7 +81,8 @@ class PgTx implements Tx {
   readonly transcripts;
   readonly settings;
   readonly upstream;
-  readonly wake = new Set<string>();
+  /** Topic → keys announced in this transaction (sent with NOTIFY when it commits). */
+  readonly wake = new Map<string, Set<string>>();
   private readonly locked = new Set<bigint>();
 
   constructor(private readonly c: PgConnection) {
@@ -101,8 +102,10 @@ class PgTx implements Tx {
     for (const k of keys) this.locked.add(k);
   }
 
-  announce(agentIds: readonly string[]): void {
-    for (const a of agentIds) this.wake.add(a);
+  announce(topic: string, keys: readonly string[]): void {
+    let set = this.wake.get(topic);
+    if (!set) this.wake.set(topic, (set = new Set()));
+    for (const k of keys) set.add(k);
   }
 }
 
@@ -167,7 +170,7 @@ export class PostgresStorage implements Storage {
     return this.transaction("BEGIN", options.lock ?? [], unit);
   }
 
-  onWakeup(listener: (agents: readonly string[] | "all") => void): () => void {
+  onWakeup(listener: WakeupListener): () => void {
     return this.channel.subscribe(listener);
   }
 
