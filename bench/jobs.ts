@@ -10,7 +10,9 @@ type UnaryCall =
   /** AppendEvents with 100 goal_changed events per call, spread over `sessions`. */
   | "append-100"
   /** GetStatus of `statusSession` with `changesSince`: a 200-event delta per call. */
-  | "status-200";
+  | "status-200"
+  /** grpc.health.v1.Health/Check on the same server: the no-op RPC of that process. */
+  | "health";
 
 export interface UnaryLoadJob {
   type: "unary-load";
@@ -46,6 +48,8 @@ export interface UnaryLoadResult {
 export interface NoticeLatencyJob {
   type: "notice-latency";
   url: string;
+  /** Subscribe (and ack) through this server instead of `url`: another replica. */
+  streamUrl?: string;
   /** The StreamNotices subscription: every watcher of this agent. */
   agentId: string;
   /** One watcher per target; round r appends to pairs[r % pairs.length]. */
@@ -68,6 +72,8 @@ export interface NoticeLatencyResult {
 export interface FanOutJob {
   type: "fan-out";
   url: string;
+  /** Subscribe through this server instead of `url`: another replica. */
+  streamUrl?: string;
   agentId: string;
   /** One round per target; every target has `watchers` watchers of `agentId`. */
   targets: string[];

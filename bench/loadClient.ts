@@ -16,6 +16,7 @@ import {
   type AppendEventsRequest,
 } from "../gen/sessionstate/v1/state_pb.js";
 import { WatchService, type Notice } from "../gen/sessionstate/v1/watch_pb.js";
+import { Health, HealthCheckRequestSchema, HealthCheckResponse_ServingStatus } from "../gen/grpc/health/v1/health_pb.js";
 import type {
   FanOutJob,
   FanOutResult,
@@ -55,7 +56,11 @@ function appendRequests(job: UnaryLoadJob, eventsPerCall: number): AppendEventsR
 }
 
 /** One call of the load; resolves to the number of items it carried. */
-function callOf(job: UnaryLoadJob, state: Client<typeof StateService>): () => Promise<number> {
+function callOf(job: UnaryLoadJob, state: Client<typeof StateService>, health: Client<typeof Health>): () => Promise<number> {
+  if (job.call === "health") {
+    const request = create(HealthCheckRequestSchema, { service: "" });
+    return async () => ((await health.check(request)).status === HealthCheckResponse_ServingStatus.SERVING ? 1 : 0);
+  }
   if (job.call === "status-200") {
     const request = create(GetStatusRequestSchema, {
       session: { sessionKey: job.statusSession ?? "" },
@@ -127,7 +132,7 @@ async function unaryLoad(job: UnaryLoadJob, id: number): Promise<UnaryLoadResult
     : undefined;
   try {
     await stream?.ready;
-    const call = callOf(job, state);
+    const call = callOf(job, state, createClient(Health, transport));
     // One call before the clock starts: it opens the connection and proves the request works.
     if ((await call()) === 0) throw new Error(`${job.call}: the first call carried no items`);
     let calls = 0;
@@ -188,7 +193,7 @@ function withTimeout<T>(promise: Promise<T>, ms: number, what: string): Promise<
 async function noticeLatency(job: NoticeLatencyJob): Promise<NoticeLatencyResult> {
   const transport = benchTransport(job.url);
   const state = createClient(StateService, transport);
-  const watch = createClient(WatchService, transport);
+  const watch = createClient(WatchService, job.streamUrl ? benchTransport(job.streamUrl) : transport);
   const waiting = new Map<string, (notice: Notice, at: number) => void>();
   const pairKey = (watcher: string, target: string) => `${watcher}\u0000${target}`;
   const stream = openNoticeStream(watch, job.agentId, (notice, at) => {
@@ -233,7 +238,7 @@ async function noticeLatency(job: NoticeLatencyJob): Promise<NoticeLatencyResult
 async function fanOut(job: FanOutJob): Promise<FanOutResult> {
   const transport = benchTransport(job.url);
   const state = createClient(StateService, transport);
-  const watch = createClient(WatchService, transport);
+  const watch = createClient(WatchService, job.streamUrl ? benchTransport(job.streamUrl) : transport);
   let current: { target: string; count: number; done: (at: number) => void } | undefined;
   const stream = openNoticeStream(watch, job.agentId, (notice, at) => {
     if (!current || notice.targetSessionKey !== current.target) return;

@@ -22,6 +22,7 @@ import { benchScanner } from "./scanner.js";
 import { benchHistory } from "./history.js";
 import { LoadClientProcess } from "./clientProcess.js";
 import { benchNotices } from "./notices.js";
+import { benchReplicas } from "./replicas.js";
 import { loadAverage, machineFacts, renderTable, verdictOf, type BenchRow } from "./report.js";
 import type { Section, SectionContext } from "./section.js";
 import { benchSignalLog } from "./signalLog.js";
@@ -43,6 +44,11 @@ const SECTIONS: Section[] = [
     name: "notices",
     description: "notice latency (1,000 watchers), fan-out to 10,000 watchers, append throughput with watchers attached",
     run: benchNotices,
+  },
+  {
+    name: "replicas",
+    description: "3 replicas on PostgreSQL: append vs a no-op RPC on one replica, 3 replicas vs 1, cross-replica notice latency (1,000 watchers), fan-out to 10,000 watchers",
+    run: benchReplicas,
   },
   {
     name: "scanner",

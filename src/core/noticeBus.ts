@@ -7,10 +7,11 @@
 import type { Notice } from "./model.js";
 import type { WatcherSelector } from "./storage.js";
 import { watcherAgentId } from "./keys.js";
+import { decodeSlice, type NoticeSlice } from "./noticeWakeups.js";
 
 export type NoticeListener = (notice: Notice) => void;
-/** Re-read the pending notices: some may have been committed elsewhere. */
-export type ResyncListener = () => void;
+/** Re-read the pending notices (those of `slice`, or all): some may have been committed elsewhere. */
+export type ResyncListener = (slice?: NoticeSlice) => void;
 
 interface Subscription {
   agentId?: string;
@@ -58,17 +59,29 @@ export class NoticeBus {
     }
   }
 
-  /** Asks the subscribers of these agents (or all) to re-read their pending notices. */
-  wake(agents: readonly string[] | "all"): void {
-    const subs = new Set<Subscription>();
-    if (agents === "all") for (const set of this.byAgent.values()) for (const s of set) subs.add(s);
-    else for (const agent of agents) for (const s of this.byAgent.get(agent) ?? []) subs.add(s);
-    for (const s of subs) s.resync?.();
+  /**
+   * Another process committed notices: asks the subscribers concerned to re-read the named
+   * slices of pending cursors (a key that is not a slice names a whole agent), or every
+   * subscriber to re-read everything ("all").
+   */
+  wake(keys: readonly string[] | "all"): void {
+    if (keys === "all") {
+      for (const s of this.allSubscriptions()) s.resync?.();
+      return;
+    }
+    for (const key of keys) {
+      const slice = decodeSlice(key);
+      for (const s of this.byAgent.get(slice?.agentId ?? key) ?? []) s.resync?.(slice);
+    }
+  }
+
+  private allSubscriptions(): Set<Subscription> {
+    const all = new Set<Subscription>();
+    for (const set of this.byAgent.values()) for (const s of set) all.add(s);
+    return all;
   }
 
   get subscriberCount(): number {
-    const all = new Set<Subscription>();
-    for (const set of this.byAgent.values()) for (const s of set) all.add(s);
-    return all.size;
+    return this.allSubscriptions().size;
   }
 }

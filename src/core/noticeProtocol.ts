@@ -19,6 +19,7 @@
  */
 import { contextKeyFor, isNestedSessionKey, watcherAgentId, type SessionId } from "./keys.js";
 import { type Notice, type SessionHead, type WatchCursor } from "./model.js";
+import type { NoticeSlice } from "./noticeWakeups.js";
 import type { Tx, WatcherSelector } from "./storage.js";
 import type { WriteContext, WatchableStore } from "./watchableStore.js";
 
@@ -95,9 +96,9 @@ export async function freezeIdleWatchers(ctx: WriteContext, target: SessionId, a
     cursor.notified = mark;
     cursor.material = Math.max(cursor.material, mark);
     cursor.updatedAt = ctx.now;
-    await ctx.tx.cursors.saveCursor(cursor);
     frozen.push(cursor);
   }
+  await ctx.tx.cursors.saveCursors(frozen);
   ctx.queue(await noticesOf(ctx.tx, frozen));
   return idle.length === limit ? idle[idle.length - 1].watcherKey : undefined;
 }
@@ -171,6 +172,16 @@ export async function withMaterialMarks(tx: Tx, cursors: readonly WatchCursor[])
     out.push(mark > cursor.material ? { ...cursor, material: mark } : cursor);
   }
   return out;
+}
+
+/** The pending notices of the selected watchers within a slice (what another replica just changed). */
+export async function pendingNoticesIn(tx: Tx, selector: WatcherSelector, slice: NoticeSlice): Promise<Notice[]> {
+  const cursors = await tx.cursors.pendingCursorsOnTarget(slice.target, slice.fromWatcher, slice.toWatcher);
+  const keys = "watcherKeys" in selector ? new Set(selector.watcherKeys) : undefined;
+  const wanted = keys
+    ? cursors.filter((c) => keys.has(c.watcherKey))
+    : cursors.filter((c) => watcherAgentId(c.watcherKey) === (selector as { agentId: string }).agentId);
+  return noticesOf(tx, wanted);
 }
 
 /** Every pending notice of the selected watchers, as stored (the replay on (re)subscribe). */

@@ -30,6 +30,7 @@ import type {
   WatchCursor,
 } from "./model.js";
 import type { NoticeListener, ResyncListener } from "./noticeBus.js";
+import type { NoticeSlice } from "./noticeWakeups.js";
 import { DEFAULT_MAX_WATCHERS_PER_TARGET, expireIdleCursors, unwatch, watchAtHead, watchRefusal } from "./cursors.js";
 import type { CoreMetrics } from "./metrics.js";
 import {
@@ -37,6 +38,7 @@ import {
   installFanOut,
   noticesOf,
   pendingNotices,
+  pendingNoticesIn,
   refreezePendingPage,
   withMaterialMarks,
   type AckOutcome,
@@ -385,8 +387,9 @@ export class SessionState {
     return { watcherKeys: [...new Set(selector.watcherKeys)] };
   }
 
-  async pendingNotices(selector: WatcherSelector): Promise<Notice[]> {
-    return this.store.read((tx) => pendingNotices(tx, selector));
+  /** Pending notices of the selected watchers; with `slice`, only those in it (a wake-up from another replica). */
+  async pendingNotices(selector: WatcherSelector, slice?: NoticeSlice): Promise<Notice[]> {
+    return this.store.read((tx) => (slice ? pendingNoticesIn(tx, selector, slice) : pendingNotices(tx, selector)));
   }
 
   /**

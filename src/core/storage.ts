@@ -197,6 +197,8 @@ export interface CursorRows {
   /** Inserts unless the (watcher, target) cursor exists; true when inserted. */
   insertCursor(cursor: WatchCursor): Awaitable<boolean>;
   saveCursor(cursor: WatchCursor): Awaitable<void>;
+  /** Saves many cursors at once (a fan-out step). */
+  saveCursors(cursors: readonly WatchCursor[]): Awaitable<void>;
   deleteCursor(watcherKey: string, target: SessionId): Awaitable<boolean>;
   deleteCursorsOfWatcher(watcherKey: string): Awaitable<number>;
   deleteCursorsOnTarget(target: SessionId): Awaitable<number>;
@@ -216,6 +218,8 @@ export interface CursorRows {
   idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): Awaitable<WatchCursor[]>;
   /** Cursors with a pending notice (notified > last seen) of the selected watchers. */
   pendingCursors(selector: WatcherSelector): Awaitable<WatchCursor[]>;
+  /** Pending cursors on `target` whose watcher key is in [fromWatcher, toWatcher], ordered by watcher key. */
+  pendingCursorsOnTarget(target: SessionId, fromWatcher: string, toWatcher: string): Awaitable<WatchCursor[]>;
   /** Pending cursors ordered by (watcher, target), after `after`. */
   pendingCursorsPage(page: CursorPage): Awaitable<WatchCursor[]>;
   countPending(): Awaitable<number>;

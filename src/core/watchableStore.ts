@@ -14,7 +14,7 @@
  * A unit that fails commits nothing and publishes nothing.
  */
 import type { SessionId } from "./keys.js";
-import { watcherAgentId } from "./keys.js";
+import { encodeSlice, slicesOf } from "./noticeWakeups.js";
 import type { Notice } from "./model.js";
 import { NoticeBus } from "./noticeBus.js";
 import type { Storage, Tx, WriteOptions } from "./storage.js";
@@ -50,7 +50,7 @@ class UnitContext implements WriteContext {
   }
 }
 
-/** The wake-up topic of notices: keys are the agents of the watchers that have news. */
+/** The wake-up topic of notices: keys name slices of changed cursors (noticeWakeups.ts). */
 export const NOTICES_TOPIC = "notices";
 
 const targetId = (t: SessionId) => `${t.agentId}\u0000${t.sessionKey}`;
@@ -87,7 +87,7 @@ export class WatchableStore {
       // A fresh context per attempt: a retried unit queues its notices again.
       ctx = new UnitContext(tx, this.clock());
       const value = await unit(ctx);
-      if (ctx.notices.length > 0) await tx.announce(NOTICES_TOPIC, agentsOf(ctx.notices));
+      if (ctx.notices.length > 0) await tx.announce(NOTICES_TOPIC, slicesOf(ctx.notices).map(encodeSlice));
       return value;
     }, options);
     this.publish(ctx);
@@ -150,8 +150,4 @@ export class WatchableStore {
     this.closed = true;
     await this.storage.close();
   }
-}
-
-function agentsOf(notices: readonly Notice[]): string[] {
-  return [...new Set(notices.map((n) => watcherAgentId(n.watcherKey) ?? ""))];
 }

@@ -4,13 +4,23 @@
  * overflowed, and its stream ends with RESOURCE_EXHAUSTED; everything is recovered on
  * re-subscribe from the durable cursors.
  */
-export type Pulled<T> = { kind: "item"; item: T } | { kind: "resync" } | { kind: "idle" } | { kind: "overflow" } | { kind: "closed" };
+export type Pulled<T, S> =
+  | { kind: "item"; item: T }
+  /** Re-read the source: the parts named (`all` = everything). */
+  | { kind: "resync"; all: true }
+  | { kind: "resync"; all: false; parts: S[] }
+  | { kind: "idle" }
+  | { kind: "overflow" }
+  | { kind: "closed" };
 
-export class SubscriberQueue<T> {
+/** Resync requests held at once before they collapse into one "re-read everything". */
+const MAX_RESYNC_PARTS = 64;
+
+export class SubscriberQueue<T, S = never> {
   private readonly items: T[] = [];
   private wake?: () => void;
   private overflowed = false;
-  private resyncRequested = false;
+  private resync: { all: boolean; parts: S[] } | undefined;
 
   /**
    * `onStalledOverflow` runs when the buffer overflows while nobody waits in pull(): the
@@ -34,15 +44,20 @@ export class SubscriberQueue<T> {
     this.wake?.();
   }
 
-  /** Asks the consumer to re-read the source (coalesced: several requests give one "resync"). */
-  requestResync(): void {
+  /**
+   * Asks the consumer to re-read part of the source (`part`) or all of it (undefined).
+   * Requests coalesce until the consumer pulls; many parts become one "everything".
+   */
+  requestResync(part?: S): void {
     if (this.overflowed) return;
-    this.resyncRequested = true;
+    this.resync ??= { all: false, parts: [] };
+    if (part === undefined || this.resync.parts.length >= MAX_RESYNC_PARTS) this.resync.all = true;
+    else if (!this.resync.all) this.resync.parts.push(part);
     this.wake?.();
   }
 
   /** The next item (or a resync request); "idle" after `idleMs` without one; "closed" once `signal` aborts. */
-  async pull(signal: AbortSignal, idleMs: number): Promise<Pulled<T>> {
+  async pull(signal: AbortSignal, idleMs: number): Promise<Pulled<T, S>> {
     const ready = this.ready();
     if (ready) return ready;
     if (signal.aborted) return { kind: "closed" };
@@ -60,12 +75,13 @@ export class SubscriberQueue<T> {
     return this.ready() ?? (signal.aborted ? { kind: "closed" } : { kind: "idle" });
   }
 
-  private ready(): Pulled<T> | undefined {
+  private ready(): Pulled<T, S> | undefined {
     if (this.overflowed) return { kind: "overflow" };
     if (this.items.length > 0) return { kind: "item", item: this.items.shift()! };
-    if (this.resyncRequested) {
-      this.resyncRequested = false;
-      return { kind: "resync" };
+    const resync = this.resync;
+    if (resync) {
+      this.resync = undefined;
+      return resync.all ? { kind: "resync", all: true } : { kind: "resync", all: false, parts: resync.parts };
     }
     return undefined;
   }

@@ -50,6 +50,38 @@ export class PgCursorRows implements CursorRows {
     );
   }
 
+  async saveCursors(cursors: readonly WatchCursor[]): Promise<void> {
+    if (cursors.length === 0) return;
+    if (cursors.length === 1) return this.saveCursor(cursors[0]);
+    // One statement for the whole step instead of a round trip per cursor.
+    await this.c.rows(
+      "cursors.saveMany",
+      `UPDATE session_watch_cursors c SET last_seen = v.last_seen, notified = v.notified, material = v.material, updated_at = v.updated_at
+       FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
+         AS v (watcher_key, target_agent_id, target_key, last_seen, notified, material, updated_at)
+       WHERE c.watcher_key = v.watcher_key AND c.target_agent_id = v.target_agent_id AND c.target_key = v.target_key`,
+      [
+        cursors.map((x) => x.watcherKey),
+        cursors.map((x) => x.targetAgentId),
+        cursors.map((x) => x.targetKey),
+        cursors.map((x) => x.lastSeen),
+        cursors.map((x) => x.notified),
+        cursors.map((x) => x.material),
+        cursors.map((x) => x.updatedAt),
+      ],
+    );
+  }
+
+  async pendingCursorsOnTarget(target: SessionId, fromWatcher: string, toWatcher: string): Promise<WatchCursor[]> {
+    const rows = await this.c.rows<CursorRow>(
+      "cursors.pendingOnTarget",
+      `${FROM} WHERE target_agent_id = $1 AND target_key = $2 AND watcher_key BETWEEN $3 AND $4 AND notified > last_seen
+       ORDER BY watcher_key`,
+      [target.agentId, target.sessionKey, fromWatcher, toWatcher],
+    );
+    return rows.map(cursorFromRow);
+  }
+
   async deleteCursor(watcherKey: string, target: SessionId): Promise<boolean> {
     const n = await this.c.count(
       "cursors.delete",

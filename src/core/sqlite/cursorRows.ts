@@ -35,6 +35,8 @@ export class SqliteCursorRows implements CursorRows {
       pendingOfAgent: p(`${FROM} WHERE watcher_agent_id = ? AND notified > last_seen
         ORDER BY watcher_key, target_agent_id, target_key`),
       pendingOfWatcher: p(`${FROM} WHERE watcher_key = ? AND notified > last_seen ORDER BY target_agent_id, target_key`),
+      pendingOnTarget: p(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND watcher_key BETWEEN ? AND ? AND notified > last_seen
+        ORDER BY watcher_key`),
       pendingPage: p(`${FROM} WHERE notified > last_seen AND (watcher_key, target_agent_id, target_key) > (?, ?, ?)
         ORDER BY watcher_key, target_agent_id, target_key LIMIT ?`),
       countPending: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE notified > last_seen`),
@@ -56,6 +58,14 @@ export class SqliteCursorRows implements CursorRows {
 
   saveCursor(cursor: WatchCursor): void {
     this.stmt.save.run(cursor);
+  }
+
+  saveCursors(cursors: readonly WatchCursor[]): void {
+    for (const cursor of cursors) this.stmt.save.run(cursor);
+  }
+
+  pendingCursorsOnTarget(target: SessionId, fromWatcher: string, toWatcher: string): WatchCursor[] {
+    return (this.stmt.pendingOnTarget.all(target.agentId, target.sessionKey, fromWatcher, toWatcher) as CursorRow[]).map(cursorFromRow);
   }
 
   deleteCursor(watcherKey: string, target: SessionId): boolean {

@@ -3,6 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import type { Notice } from "../../core/model.js";
+import type { NoticeSlice } from "../../core/noticeWakeups.js";
 import type { SessionState } from "../../core/sessionState.js";
 import { StreamNoticesResponseSchema, WatchService, type StreamNoticesResponse } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { cursorMessage, int64, noticeMessage } from "../convert.js";
@@ -60,7 +61,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       // with the message below, after what was already sent.
       const resetCall = ctx.values.get(resetCallKey);
       let stalledReset: NodeJS.Timeout | undefined;
-      const queue = new SubscriberQueue<Notice>(settings.bufferCapacity, () => {
+      const queue = new SubscriberQueue<Notice, NoticeSlice>(settings.bufferCapacity, () => {
         unsubscribe();
         if (resetCall) stalledReset = setTimeout(resetCall, settings.heartbeatMs).unref();
       });
@@ -68,7 +69,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       const unsubscribe = core.subscribeNotices(
         selector,
         (n) => queue.push(n),
-        () => queue.requestResync(),
+        (slice) => queue.requestResync(slice),
       );
       // What this stream delivered, per watcher and target: a connected subscriber never gets
       // the same notice twice, whether it arrives live, in the replay, or on a re-read after
@@ -103,10 +104,16 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
             continue;
           }
           if (next.kind === "resync") {
-            const now = await core.pendingNotices(selector);
-            const still = new Set(now.map(pairOf));
-            for (const pair of sent.keys()) if (!still.has(pair)) sent.delete(pair);
-            for (const notice of now) if (fresh(notice)) yield message(notice);
+            if (next.all) {
+              const now = await core.pendingNotices(selector);
+              const still = new Set(now.map(pairOf));
+              for (const pair of sent.keys()) if (!still.has(pair)) sent.delete(pair);
+              for (const notice of now) if (fresh(notice)) yield message(notice);
+            } else {
+              for (const slice of next.parts) {
+                for (const notice of await core.pendingNotices(selector, slice)) if (fresh(notice)) yield message(notice);
+              }
+            }
             continue;
           }
           if (fresh(next.item)) yield message(next.item);
