@@ -39,6 +39,7 @@ export const SETTINGS: Setting[] = [
   { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
   { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of regular expressions", default: "[]" },
+  { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
 ];
 
@@ -79,6 +80,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamIntervalMs: int("upstream-interval", 50, 3_600_000),
     upstreamRoot: upstreamRoot(value("upstream-root")),
     redactPatterns: redactPatterns(value("redact-patterns")),
+    maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
   };
 }
 

@@ -5,7 +5,9 @@
  */
 import { invalidArgument, notFound } from "./errors.js";
 import {
+  checkActorId,
   checkSessionKey,
+  flatSessionFields,
   resolveSession,
   targetKeyOfContextKey,
   watcherAgentId,
@@ -30,8 +32,10 @@ import type {
 import { NoticeBus, type NoticeListener } from "./noticeBus.js";
 import { ServiceClock } from "./serviceClock.js";
 import { clampOccurredAt, DAY_MS } from "./signalLog.js";
+import { cursorPageSize, decodeCursorToken, encodeCursorToken, type CursorSelector } from "./cursorPages.js";
+import { DEFAULT_MAX_WATCHERS_PER_TARGET } from "./watcherLimit.js";
 import type { AckOutcome, PruneReport, RetentionPolicy, SpawnOutcome, StateStore, WatcherSelector } from "./store.js";
-import { checkCount, checkRange, checkSummary, checkText, checkToken } from "./validation.js";
+import { checkCount, checkRange, checkSummary, checkOneLine } from "./validation.js";
 
 export const MAX_BATCH_EVENTS = 500;
 export const MAX_STATUS_LIMIT = 200;
@@ -102,12 +106,21 @@ export interface SessionStateOptions {
    */
   monotonic?: () => number;
   retention?: RetentionPolicy;
+  /** Most cursors on one target before Watch answers RESOURCE_EXHAUSTED; default 10,000 (watcherLimit.ts). */
+  maxWatchersPerTarget?: number;
+}
+
+export interface CursorPage {
+  cursors: WatchCursor[];
+  /** Empty on the last page. */
+  nextPageToken: string;
 }
 
 export class SessionState {
   readonly store: StateStore;
   readonly notices = new NoticeBus();
   readonly retention: RetentionPolicy;
+  readonly maxWatchersPerTarget: number;
   private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
 
@@ -119,6 +132,7 @@ export class SessionState {
     );
     this.clock = () => this.serviceClock.now();
     this.retention = options.retention ?? DEFAULT_RETENTION;
+    this.maxWatchersPerTarget = options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET;
   }
 
   now(): number {
@@ -140,9 +154,9 @@ export class SessionState {
   private draftOf(input: AppendEventInput, field: string, now: number): EventDraft {
     const session = resolveSession(`${field}.session`, input.sessionKey, input.agentId);
     checkSummary(`${field}.summary`, input.summary);
-    checkToken(`${field}.actor_id`, input.actorId, 512);
-    checkToken(`${field}.run_id`, input.runId, 128);
-    checkToken(`${field}.dedupe_key`, input.dedupeKey, 256);
+    checkActorId(`${field}.actor_id`, input.actorId);
+    checkOneLine(`${field}.run_id`, input.runId, 128);
+    checkOneLine(`${field}.dedupe_key`, input.dedupeKey, 256);
     checkCount(`${field}.watcher_session_keys`, input.watcherSessionKeys.length, 0, MAX_PRODUCER_WATCHERS);
     input.watcherSessionKeys.forEach((k, j) => checkSessionKey(`${field}.watcher_session_keys[${j}]`, k));
     const payload: EventPayload = {};
@@ -154,7 +168,7 @@ export class SessionState {
     } else if (input.payload.outcome !== undefined) {
       throw invalidArgument(`${field}.payload.outcome`, `is only allowed on run_failed, not on ${input.kind}`);
     }
-    if (input.payload.channel) payload.channel = checkToken(`${field}.payload.channel`, input.payload.channel, 64);
+    if (input.payload.channel) payload.channel = checkOneLine(`${field}.payload.channel`, input.payload.channel, 64);
     if (input.payload.turns) payload.turns = checkRange(`${field}.payload.turns`, input.payload.turns, 0, 10_000);
     return {
       session,
@@ -207,8 +221,8 @@ export class SessionState {
 
   async listSessions(request: ListRequest) {
     if (request.agentId !== "") checkAgentId("agent_id", request.agentId);
-    checkText("label", request.label, 256);
-    checkText("search", request.search, 256);
+    checkOneLine("label", request.label, 256);
+    checkOneLine("search", request.search, 256);
     checkRange("active_minutes", request.activeMinutes, 0, 525_600);
     const limit = request.limit === 0 ? DEFAULT_LIST_LIMIT : checkRange("limit", request.limit, 1, MAX_LIST_LIMIT);
     const updatedSince = request.activeMinutes > 0 ? this.clock() - request.activeMinutes * 60_000 : 0;
@@ -222,11 +236,11 @@ export class SessionState {
     if (child.agentId === parent.agentId && child.sessionKey === parent.sessionKey) {
       throw invalidArgument("child_session_key", "must differ from the parent");
     }
-    checkText("label", request.label, 256);
-    checkToken("model", request.model, 256);
-    checkToken("run_id", request.runId, 128);
-    checkToken("channel", request.channel, 64);
-    checkToken("dedupe_key", request.dedupeKey, 256);
+    checkOneLine("label", request.label, 256);
+    checkOneLine("model", request.model, 256);
+    checkOneLine("run_id", request.runId, 128);
+    checkOneLine("channel", request.channel, 64);
+    checkOneLine("dedupe_key", request.dedupeKey, 256);
     return this.store.spawnSession(
       {
         parent,
@@ -255,27 +269,47 @@ export class SessionState {
   /** Explicit watch (sessions_send with watch: true), starting at the target's current head. */
   async watch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<WatchResult> {
     checkSessionKey("watcher_session_key", watcherKey);
-    const targetId = resolveSession("target", target.sessionKey, target.agentId);
+    const targetId = resolveSession(flatSessionFields("target_"), target.sessionKey, target.agentId);
     if (watcherAgentId(watcherKey) === undefined) {
       return { watched: false, reason: `watcher "${watcherKey}" is not an agent-qualified session key; it gets the log and changesSince but no notices` };
     }
     if (watcherKey === targetId.sessionKey && watcherAgentId(watcherKey) === targetId.agentId) {
       return { watched: false, reason: "a session cannot watch itself" };
     }
-    const { cursor, created } = await this.store.watch(watcherKey, targetId, this.clock());
+    const { cursor, created } = await this.store.watch(watcherKey, targetId, this.clock(), this.maxWatchersPerTarget);
     return { watched: true, cursor, created };
   }
 
   async unwatch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<boolean> {
     checkSessionKey("watcher_session_key", watcherKey);
-    return this.store.unwatch(watcherKey, resolveSession("target", target.sessionKey, target.agentId));
+    return this.store.unwatch(watcherKey, resolveSession(flatSessionFields("target_"), target.sessionKey, target.agentId));
   }
 
   async listCursors(selector: { watcherKey: string } | { target: { sessionKey: string; agentId: string } }) {
     if ("watcherKey" in selector) {
       return this.store.cursorsOfWatcher(checkSessionKey("watcher_session_key", selector.watcherKey));
     }
-    return this.store.cursorsOnTarget(resolveSession("target", selector.target.sessionKey, selector.target.agentId));
+    return this.store.cursorsOnTarget(resolveSession(flatSessionFields("target_"), selector.target.sessionKey, selector.target.agentId));
+  }
+
+  /** One page of ListWatchCursors (cursorPages.ts): `pageSize` 0 = 100, at most 1000; `pageToken` "" = the first page. */
+  async listCursorPage(
+    selector: { watcherKey: string } | { target: { sessionKey: string; agentId: string } },
+    page: { pageSize: number; pageToken: string },
+  ): Promise<CursorPage> {
+    const checked: CursorSelector =
+      "watcherKey" in selector
+        ? { watcherKey: checkSessionKey("watcher_session_key", selector.watcherKey) }
+        : { target: resolveSession(flatSessionFields("target_"), selector.target.sessionKey, selector.target.agentId) };
+    const size = cursorPageSize(page.pageSize);
+    const after = decodeCursorToken(checked, page.pageToken);
+    // One more than the page, to know whether another page follows.
+    const rows =
+      "watcherKey" in checked
+        ? await this.store.cursorsOfWatcherPage(checked.watcherKey, after && "afterTarget" in after ? after.afterTarget : undefined, size + 1)
+        : await this.store.cursorsOnTargetPage(checked.target, after && "afterWatcher" in after ? after.afterWatcher : undefined, size + 1);
+    const cursors = rows.slice(0, size);
+    return { cursors, nextPageToken: rows.length > size ? encodeCursorToken(checked, cursors[cursors.length - 1]) : "" };
   }
 
   checkWatcherSelector(selector: { agentId: string; watcherKeys: string[] }): WatcherSelector {
@@ -320,7 +354,7 @@ export class SessionState {
       if (targetKey === "") throw invalidArgument(`${field}.target_session_key`, "give target_session_key or context_key");
       // A non-qualified target (global) defaults to the watcher's own agent.
       const agentId = ack.targetAgentId !== "" || agentIdOfKey(targetKey) !== undefined ? ack.targetAgentId : watcherAgent;
-      const target = resolveSession(`${field}.target`, targetKey, agentId);
+      const target = resolveSession(flatSessionFields(`${field}.target_`), targetKey, agentId);
       checkRange(`${field}.notified_sequence`, ack.notifiedSequence, 0, Number.MAX_SAFE_INTEGER);
       return { target, notifiedSequence: ack.notifiedSequence };
     });
@@ -343,22 +377,24 @@ function unknownSession(session: SessionId) {
   return notFound(`session "${session.sessionKey}" (agent ${session.agentId}) is not known`);
 }
 
+const snakeCase = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
 function checkPatch(patch: SessionPatch): void {
   if (patch.sessionId !== undefined) {
-    checkToken("session_id", patch.sessionId, 128);
+    checkOneLine("session_id", patch.sessionId, 128);
     if (patch.sessionId === "") throw invalidArgument("session_id", "must not be empty when given");
   }
-  if (patch.channel !== undefined) checkToken("channel", patch.channel, 64);
-  if (patch.label !== undefined) checkText("label", patch.label, 256);
+  if (patch.channel !== undefined) checkOneLine("channel", patch.channel, 64);
+  if (patch.label !== undefined) checkOneLine("label", patch.label, 256);
   if (patch.parentSessionKey !== undefined && patch.parentSessionKey !== "") {
     checkSessionKey("parent_session_key", patch.parentSessionKey);
   }
-  if (patch.model !== undefined) checkToken("model", patch.model, 256);
+  if (patch.model !== undefined) checkOneLine("model", patch.model, 256);
   if (patch.contextTokens !== undefined) checkRange("context_tokens", patch.contextTokens, 0, Number.MAX_SAFE_INTEGER);
   if (patch.totalTokens !== undefined) checkRange("total_tokens", patch.totalTokens, 0, Number.MAX_SAFE_INTEGER);
   for (const [field, route] of [["origin", patch.origin], ["delivery_context", patch.deliveryContext]] as const) {
     if (!route) continue;
-    for (const [name, value] of Object.entries(route)) checkToken(`${field}.${name}`, value, 256);
+    for (const [name, value] of Object.entries(route)) checkOneLine(`${field}.${snakeCase(name)}`, value, 256);
   }
 }
 

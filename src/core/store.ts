@@ -81,10 +81,19 @@ export interface StateStore {
   deleteSession(session: SessionId): Promise<{ removedEvents: number; removedCursors: number }>;
 
   // Watch cursors and notices
-  watch(watcherKey: string, target: SessionId, now: number): Promise<{ cursor: WatchCursor; created: boolean }>;
+  /**
+   * Registers an explicit watch. A new cursor is admitted by `admitWatcher` (watcherLimit.ts)
+   * with the number of cursors the target has, counted in the same transaction; an existing
+   * watch is left as it is, whatever the count.
+   */
+  watch(watcherKey: string, target: SessionId, now: number, maxWatchers: number): Promise<{ cursor: WatchCursor; created: boolean }>;
   unwatch(watcherKey: string, target: SessionId): Promise<boolean>;
   cursorsOfWatcher(watcherKey: string): Promise<WatchCursor[]>;
   cursorsOnTarget(target: SessionId): Promise<WatchCursor[]>;
+  /** At most `limit` cursors of the watcher, by (target agent, target key), after `after` when given. */
+  cursorsOfWatcherPage(watcherKey: string, after: SessionId | undefined, limit: number): Promise<WatchCursor[]>;
+  /** At most `limit` cursors on the target, by watcher key, after the watcher `after` when given. */
+  cursorsOnTargetPage(target: SessionId, after: string | undefined, limit: number): Promise<WatchCursor[]>;
   pendingNotices(selector: WatcherSelector): Promise<Notice[]>;
   ackNotices(watcherKey: string, acks: AckInput[], now: number): Promise<AckOutcome[]>;
   /** Start-up scan: freeze a notice for every cursor whose material mark is ahead. */

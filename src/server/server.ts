@@ -17,6 +17,7 @@ import { SessionTools } from "../core/sessionTools.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/store.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
+import { DEFAULT_MAX_WATCHERS_PER_TARGET } from "../core/watcherLimit.js";
 import { SqliteUpstreamStore } from "../core/upstream/sqliteUpstreamStore.js";
 import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
@@ -62,6 +63,8 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
+  /** Most cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
+  maxWatchersPerTarget?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
@@ -88,6 +91,7 @@ export const DEFAULTS = {
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
+  maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -104,6 +108,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     clock: options.clock,
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
+    maxWatchersPerTarget: options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET,
   });
   const transcripts = new SqliteTranscriptStore(db);
   const tools = new SessionTools({

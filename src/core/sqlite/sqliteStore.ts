@@ -21,6 +21,7 @@ import type {
 import { NOTIFY_ELIGIBLE } from "../model.js";
 import { ackNotice, isPending, noticeFor, onMaterialEvent, recoverPending, watcherIsChild } from "../noticeProtocol.js";
 import { historyGapFor, humanTurnGate } from "../signalLog.js";
+import { admitWatcher } from "../watcherLimit.js";
 import { GroupCommit } from "./groupCommit.js";
 import type {
   AckInput,
@@ -118,6 +119,13 @@ export class SqliteStateStore implements StateStore {
         WHERE watcher_key = ? AND target_agent_id = ? AND target_key = ?`),
       cursorsOnTarget: p(`SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors
         WHERE target_agent_id = ? AND target_key = ? ORDER BY watcher_key`),
+      countCursorsOnTarget: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ?`),
+      // Keyset pages; cursors_by_target holds the primary key after its columns (WITHOUT ROWID),
+      // so both walk an index in order.
+      cursorsOnTargetAfter: p(`SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors
+        WHERE target_agent_id = ? AND target_key = ? AND watcher_key > ? ORDER BY watcher_key LIMIT ?`),
+      cursorsOfWatcherAfter: p(`SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors
+        WHERE watcher_key = ? AND (target_agent_id, target_key) > (?, ?) ORDER BY target_agent_id, target_key LIMIT ?`),
       hasCursorOnTarget: p(`SELECT 1 FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ? LIMIT 1`),
       cursorsOfWatcher: p(`SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors
         WHERE watcher_key = ? ORDER BY target_agent_id, target_key`),
@@ -474,12 +482,15 @@ export class SqliteStateStore implements StateStore {
 
   // ---- Watch cursors and notices ----------------------------------------------------------
 
-  async watch(watcherKey: string, target: SessionId, now: number): Promise<{ cursor: WatchCursor; created: boolean }> {
+  async watch(watcherKey: string, target: SessionId, now: number, maxWatchers: number): Promise<{ cursor: WatchCursor; created: boolean }> {
     return this.db.transaction(() => {
       const head = this.headOf(target);
       if (!head && !this.sessionOf(target)) {
         throw notFound(`target session "${target.sessionKey}" (agent ${target.agentId}) is not known`);
       }
+      const existing = this.cursorOf(watcherKey, target);
+      if (existing) return { cursor: existing, created: false };
+      admitWatcher(target, (this.stmt.countCursorsOnTarget.get(target.agentId, target.sessionKey) as { n: number }).n, maxWatchers);
       // Registration starts at the current head: earlier history never causes a notice.
       const start = head?.stateVersion ?? 0;
       const created =
@@ -510,6 +521,17 @@ export class SqliteStateStore implements StateStore {
 
   async cursorsOnTarget(target: SessionId): Promise<WatchCursor[]> {
     return (this.stmt.cursorsOnTarget.all(target.agentId, target.sessionKey) as CursorRow[]).map(cursorFromRow);
+  }
+
+  async cursorsOfWatcherPage(watcherKey: string, after: SessionId | undefined, limit: number): Promise<WatchCursor[]> {
+    // "" sorts before every agent id and key, so no position means the first page.
+    const rows = this.stmt.cursorsOfWatcherAfter.all(watcherKey, after?.agentId ?? "", after?.sessionKey ?? "", limit) as CursorRow[];
+    return rows.map(cursorFromRow);
+  }
+
+  async cursorsOnTargetPage(target: SessionId, after: string | undefined, limit: number): Promise<WatchCursor[]> {
+    const rows = this.stmt.cursorsOnTargetAfter.all(target.agentId, target.sessionKey, after ?? "", limit) as CursorRow[];
+    return rows.map(cursorFromRow);
   }
 
   async pendingNotices(selector: WatcherSelector): Promise<Notice[]> {

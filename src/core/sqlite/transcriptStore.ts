@@ -5,7 +5,7 @@
  * (the search statement once per visibility mode).
  */
 import type Database from "better-sqlite3";
-import { failedPrecondition, notFound } from "../errors.js";
+import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import type { SessionId } from "../keys.js";
 import type { SessionRecord } from "../model.js";
 import { normaliseWhitespace, plainText } from "../transcript/draft.js";
@@ -44,6 +44,9 @@ const MAX_NAMED_MESSAGES = 50_000;
  * limited to some transcripts through their tokens.
  */
 export function ftsExpression(phrase: string, transcriptIds?: readonly number[]): string {
+  // FTS5 reads its expression as a C string: a NUL would end it inside the quotes
+  // ("unterminated string"). checkQuery refuses it; this keeps any other caller honest.
+  if (phrase.includes("\u0000")) throw invalidArgument("query", "must not contain NUL (U+0000)");
   const text = `search_text : "${phrase.replace(/"/g, '""')}"`;
   return transcriptIds === undefined ? text : `${text} AND transcript_token : (${transcriptIds.map((id) => `t${id}`).join(" OR ")})`;
 }

@@ -37,7 +37,7 @@ import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js
 import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
-import { agentIdOfKey, resolveSession } from "../../core/keys.js";
+import { agentIdOfKey, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
 export type MethodRule<M = Message> =
@@ -65,7 +65,7 @@ export const OPEN_SERVICES: ReadonlySet<string> = new Set([Health.typeName, Refl
 type Ref = { sessionKey: string; agentId: string } | undefined;
 
 /** The agent of a session reference, as the core resolves it; `field` names it in errors. */
-export function sessionAgent(field: string, ref: Ref): string {
+export function sessionAgent(field: SessionFields, ref: Ref): string {
   return resolveSession(field, ref?.sessionKey ?? "", ref?.agentId ?? "").agentId;
 }
 
@@ -151,7 +151,7 @@ const watchRules = serviceRules(WatchService, {
     access: "act",
     agents: (req) => [
       ...watcherAgents([req.watcherSessionKey]),
-      sessionAgent("target", { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
+      sessionAgent(flatSessionFields("target_"), { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
     ],
   },
   unwatch: { access: "act", agents: (req) => watcherAgents([req.watcherSessionKey]) },
@@ -162,7 +162,7 @@ const watchRules = serviceRules(WatchService, {
         case "watcherSessionKey":
           return watcherAgents([req.selector.value]);
         case "targetSessionKey":
-          return [sessionAgent("target", { sessionKey: req.selector.value, agentId: req.targetAgentId })];
+          return [sessionAgent(flatSessionFields("target_"), { sessionKey: req.selector.value, agentId: req.targetAgentId })];
         default:
           return [];
       }

@@ -2,7 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { checkNodeId, type UpstreamMonitor } from "../../core/upstream/monitor.js";
+import { checkNodeId, checkNodeSoftware, type UpstreamMonitor } from "../../core/upstream/monitor.js";
 import {
   ConnectNodeResponseSchema,
   UpstreamService,
@@ -82,8 +82,9 @@ async function* connectNode(
     throw new ConnectError("the first message on ConnectNode must be a hello", Code.InvalidArgument);
   }
   const nodeId = checkNodeId("node_id", first.value.nodeId);
+  const software = checkNodeSoftware("hello.software", first.value.message.value.software);
   const { connection, replaced } = hub.connect(nodeId, settings.clock());
-  logger.info("node connected", { nodeId, software: first.value.message.value.software, replaced });
+  logger.info("node connected", { nodeId, software, replaced });
   void readReports(settings, connection, incoming).catch((err: unknown) => {
     // Once the stream is over (replaced, cancelled, shut down), a failing read is just its end.
     if (!connection.ended) connection.end(toConnectError(err, logger, "sessionstate.v1.UpstreamService/ConnectNode"));
