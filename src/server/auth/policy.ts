@@ -13,8 +13,13 @@
  * for, must belong to one of its agents.
  * - A cursor belongs to its watcher: Unwatch, AckNotices and listing a watcher's cursors need
  *   only the watcher's agent; Watch also reads the target's head, so it needs the target's.
- * - Keys a request only mentions (an event's watcher_session_keys and actor_id, a session's
- *   parent_session_key) are not acted for and are not checked.
+ * - A session a request links to is acted for: UpsertSession's parent_session_key and
+ *   SpawnSession's parent and child need their agents. Being checked here, before the
+ *   handler runs, a parent outside the scope is PERMISSION_DENIED whether or not it exists.
+ * - Keys a request only mentions are not acted for and not checked: an event's
+ *   watcher_session_keys and actor_id, a link's actor_id and node_id, a transcript message's
+ *   provenance source (a message from another agent's session is mirrored by the receiving
+ *   session's Gateway). None is looked up, so none tells whether a session exists.
  * - A read that is not narrowed to a session or an agent reaches every agent (the operator
  *   view, or a requester with visibility ALL) and is refused to gateways. A requester with a
  *   narrower visibility narrows it to the requester's agent; its TREE view may include
@@ -121,7 +126,13 @@ const stateRules = serviceRules(StateService, {
 });
 
 const sessionRules = serviceRules(SessionService, {
-  upsertSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  // A parent is linked, not only mentioned: it puts the session in the parent's tree (what
+  // the parent's agent lists and sees), so it must be in scope too. A key that is not
+  // agent-qualified names a session of the child's agent, which is checked already.
+  upsertSession: {
+    access: "act",
+    agents: (req) => [sessionAgent("session", req.session), ...keyAgents(req.parentSessionKey ?? "")],
+  },
   getSession: { access: "read", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
   listSessions: { access: "read", agents: (req) => viewAgents(req.requester, req.agentId === "" ? [] : [req.agentId]) },
   // A child key that is not agent-qualified belongs to the parent's agent.
