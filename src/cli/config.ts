@@ -11,6 +11,7 @@ import type { TlsOptions } from "../server/tls.js";
 import { readFileSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { createSecureContext } from "node:tls";
+import { compileRedactPattern } from "../core/transcript/redact.js";
 
 export interface Setting {
   flag: string;
@@ -38,7 +39,7 @@ export const SETTINGS: Setting[] = [
   { flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
   { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
-  { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of regular expressions", default: "[]" },
+  { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
   { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
 ];
@@ -84,7 +85,12 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
   };
 }
 
-/** A JSON array of regular expressions, each compiled now so a bad one fails at start-up. */
+/**
+ * A JSON array of regular expressions in RE2 syntax, each compiled now by the engine that
+ * will run it (linear time, src/core/transcript/redact.ts), so a pattern it cannot run —
+ * invalid, or needing backreferences or lookaround — fails the start, naming the flag, the
+ * pattern and why.
+ */
 function redactPatterns(raw: string): string[] {
   let parsed: unknown;
   try {
@@ -97,9 +103,9 @@ function redactPatterns(raw: string): string[] {
   }
   for (const pattern of parsed) {
     try {
-      new RegExp(pattern, "g");
+      compileRedactPattern(pattern);
     } catch (err) {
-      throw new ConfigError(`--redact-patterns: ${JSON.stringify(pattern)} is not a valid regular expression (${(err as Error).message})`);
+      throw new ConfigError(`--redact-patterns: ${(err as Error).message}`);
     }
   }
   return parsed;
