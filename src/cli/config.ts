@@ -41,6 +41,7 @@ export const SETTINGS: Setting[] = [
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
   { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
   { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
+  { flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "Run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
 ];
 
@@ -82,6 +83,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamRoot: upstreamRoot(value("upstream-root")),
     redactPatterns: redactPatterns(value("redact-patterns")),
     maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
+    startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
   };
 }
 

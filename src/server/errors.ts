@@ -7,6 +7,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { DomainError, type DomainErrorKind } from "../core/errors.js";
 import { storageFault } from "../core/sqlite/storageFaults.js";
 import type { Logger } from "./logger.js";
+import type { StorageWatch } from "./storageHealth.js";
 
 const CODES: Record<DomainErrorKind, Code> = {
   invalid_argument: Code.InvalidArgument,
@@ -15,6 +16,7 @@ const CODES: Record<DomainErrorKind, Code> = {
   permission_denied: Code.PermissionDenied,
   resource_exhausted: Code.ResourceExhausted,
   unavailable: Code.Unavailable,
+  data_loss: Code.DataLoss,
 };
 
 /**
@@ -32,14 +34,20 @@ function bounded(err: ConnectError): ConnectError {
   return new ConnectError(message, err.code, err.metadata, details, err.cause);
 }
 
-export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
+/**
+ * `storage` (when given) names the database file in DATA_LOSS answers and learns of every
+ * damaged-file fault, so health and the write gate follow (storageHealth.ts).
+ */
+export function toConnectError(err: unknown, logger: Logger, procedure: string, storage?: StorageWatch): ConnectError {
   if (err instanceof ConnectError) return bounded(err);
   if (err instanceof DomainError) return bounded(new ConnectError(err.message, CODES[err.kind]));
-  // Disk full or a held lock: the machine's condition, answered with a code the client can act on.
-  const fault = storageFault(err);
+  // Disk full, a held lock, a damaged file: the machine's condition, answered with a code the
+  // client can act on (the table is src/core/sqlite/storageFaults.ts).
+  const fault = storageFault(err, storage?.databasePath);
   if (fault) {
     logger.error("storage fault", { procedure, code: (err as { code?: string }).code, error: String(err) });
-    return new ConnectError(fault.message, CODES[fault.kind]);
+    storage?.observe(err, procedure);
+    return bounded(new ConnectError(fault.message, CODES[fault.kind]));
   }
   // The client went away mid-stream: nothing failed on our side.
   if ((err as NodeJS.ErrnoException)?.code === "ERR_STREAM_PREMATURE_CLOSE") {
@@ -49,23 +57,28 @@ export function toConnectError(err: unknown, logger: Logger, procedure: string):
   return new ConnectError("internal error", Code.Internal);
 }
 
-export function errorMapping(logger: Logger): Interceptor {
+export function errorMapping(logger: Logger, storage?: StorageWatch): Interceptor {
   return (next) => async (req) => {
     const procedure = req.method.parent.typeName + "/" + req.method.name;
     try {
       const res = await next(req);
       if (!res.stream) return res;
-      return { ...res, message: mapStreamErrors(res.message, logger, procedure) };
+      return { ...res, message: mapStreamErrors(res.message, logger, procedure, storage) };
     } catch (err) {
-      throw toConnectError(err, logger, procedure);
+      throw toConnectError(err, logger, procedure, storage);
     }
   };
 }
 
-async function* mapStreamErrors<T>(source: AsyncIterable<T>, logger: Logger, procedure: string): AsyncIterable<T> {
+async function* mapStreamErrors<T>(
+  source: AsyncIterable<T>,
+  logger: Logger,
+  procedure: string,
+  storage: (StorageWatch) | undefined,
+): AsyncIterable<T> {
   try {
     yield* source;
   } catch (err) {
-    throw toConnectError(err, logger, procedure);
+    throw toConnectError(err, logger, procedure, storage);
   }
 }

@@ -9,7 +9,11 @@ import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
 import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
-import { openDatabase, type Synchronous } from "../core/sqlite/database.js";
+import Database from "better-sqlite3";
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import { openDatabase, quickCheck, type Synchronous } from "../core/sqlite/database.js";
+import { isDamagedFile } from "../core/sqlite/storageFaults.js";
 import { SqliteStateStore } from "../core/sqlite/sqliteStore.js";
 import { SqliteSettingsStore } from "../core/sqlite/settingsStore.js";
 import { SqliteTranscriptStore } from "../core/sqlite/transcriptStore.js";
@@ -23,6 +27,7 @@ import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { HealthStatus } from "./health.js";
+import { StorageHealth, storageGate } from "./storageHealth.js";
 import { PRODUCT_SERVICES, routes } from "./routes.js";
 import { checkExposure, type Exposure } from "./auth/exposure.js";
 import { authorization } from "./auth/interceptor.js";
@@ -63,6 +68,11 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
+  /**
+   * Run `PRAGMA quick_check` at start-up when the database file is at most this many bytes;
+   * 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING and refuses writes.
+   */
+  startupCheckMaxBytes?: number;
   /** Most cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
   maxWatchersPerTarget?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
@@ -92,6 +102,7 @@ export const DEFAULTS = {
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
+  startupCheckMaxBytes: 256 * 1024 * 1024,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -101,8 +112,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
-  const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
-  const stateStore = new SqliteStateStore(db);
+  const { db, stateStore } = openStorage(databasePath, options.synchronous);
   const core = new SessionState({
     store: stateStore,
     clock: options.clock,
@@ -127,6 +137,21 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     localCatalog: options.upstreamRoot !== undefined,
   });
   const nodes = new NodeHub();
+
+  const health = new HealthStatus();
+  for (const service of PRODUCT_SERVICES) health.set(service.typeName, HealthCheckResponse_ServingStatus.SERVING);
+  const storage = new StorageHealth(resolve(databasePath), health, PRODUCT_SERVICES.map((s) => s.typeName), logger);
+  if (databasePath !== ":memory:") startupCheck(db, storage, options.startupCheckMaxBytes ?? DEFAULTS.startupCheckMaxBytes, logger);
+  // A damaged file is served (reads may still work) but never written: no recovery, no pruning.
+  if (!storage.damaged) {
+    try {
+      const recovery = await core.recoverPendingNotices();
+      logger.info("pending notices recovered", { ...recovery });
+    } catch (err) {
+      if (!storage.observe(err, "start-up recovery of pending notices")) throw err;
+    }
+  }
+  await runPrune(core, logger, storage);
   const upstreamLoop = new UpstreamLoop({
     monitor,
     hub: nodes,
@@ -134,14 +159,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     localRoot: options.upstreamRoot,
     clock,
     logger,
+    storage,
   });
-
-  const recovery = await core.recoverPendingNotices();
-  logger.info("pending notices recovered", { ...recovery });
-  await runPrune(core, logger);
-
-  const health = new HealthStatus();
-  for (const service of PRODUCT_SERVICES) health.set(service.typeName, HealthCheckResponse_ServingStatus.SERVING);
   const shutdown = new AbortController();
   // Every in-flight call links its own signal to this one: more than 10 at once is normal load,
   // not the listener leak Node would warn about (MaxListenersExceededWarning).
@@ -150,8 +169,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
-    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger }),
-    interceptors: [errorMapping(logger), ...(options.tokens ? [authorization(options.tokens, logger)] : [])],
+    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage }),
+    // The storage gate runs after authorization, so only an authorized caller learns of the damage.
+    interceptors: [errorMapping(logger, storage), ...(options.tokens ? [authorization(options.tokens, logger)] : []), storageGate(storage)],
     readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
     shutdownSignal: shutdown.signal,
@@ -186,7 +206,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
-    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, logger), pruneIntervalMs).unref() : undefined;
+    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, logger, storage), pruneIntervalMs).unref() : undefined;
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
@@ -221,11 +241,55 @@ function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens
   else logger.warn("authentication off on a non-loopback address (--insecure): anyone who reaches the port may do anything", { url });
 }
 
-async function runPrune(core: SessionState, logger: Logger): Promise<void> {
+async function runPrune(core: SessionState, logger: Logger, storage: StorageHealth): Promise<void> {
+  if (storage.damaged) return;
   try {
     const report = await core.pruneSignalLog();
     if (report.removedEvents > 0 || report.removedCursors > 0) logger.info("signal log pruned", { ...report });
   } catch (err) {
-    logger.error("pruning failed", { error: String(err) });
+    if (!storage.observe(err, "pruning")) logger.error("pruning failed", { error: String(err) });
   }
+}
+
+/**
+ * Opens the database and prepares the state store's statements. A file too damaged for that
+ * (SQLITE_NOTADB: its header is gone; SQLITE_CORRUPT in the schema) cannot be served at all:
+ * the start fails with the file and the check command in the message.
+ */
+function openStorage(databasePath: string, synchronous: Synchronous | undefined) {
+  let db: Database.Database | undefined;
+  try {
+    db = openDatabase({ path: databasePath, synchronous });
+    return { db, stateStore: new SqliteStateStore(db) };
+  } catch (err) {
+    db?.close();
+    if (err instanceof Database.SqliteError && isDamagedFile(err.code)) {
+      const path = resolve(databasePath);
+      throw new Error(`database file "${path}" is damaged and cannot be opened (${err.code}: ${err.message}); run "sessionstate check --db ${path}"`);
+    }
+    throw err;
+  }
+}
+
+/**
+ * The start-up check: `PRAGMA quick_check` on a file of at most `maxBytes` (0 = never), so
+ * damage already on disk turns health NOT_SERVING before the first call, not at the first
+ * call that happens to read the bad page. It reads the whole file, so a larger file skips it
+ * (logged) and relies on the faults calls meet.
+ */
+function startupCheck(db: Database.Database, storage: StorageHealth, maxBytes: number, logger: Logger): void {
+  if (maxBytes === 0) return;
+  const bytes = statSync(storage.databasePath).size;
+  if (bytes > maxBytes) {
+    logger.info("start-up check skipped: database larger than --startup-check-max-bytes", { bytes, maxBytes });
+    return;
+  }
+  const started = performance.now();
+  try {
+    const problems = quickCheck(db);
+    if (problems.length > 0) storage.markDamaged("quick_check", problems.join("; "), "the start-up check (PRAGMA quick_check)");
+  } catch (err) {
+    if (!storage.observe(err, "the start-up check (PRAGMA quick_check)")) throw err;
+  }
+  logger.info("start-up check done", { bytes, ms: Math.round(performance.now() - started), damaged: storage.damaged });
 }

@@ -26,6 +26,17 @@ export interface DatabaseOptions {
   busyTimeoutMs?: number;
 }
 
+/**
+ * `PRAGMA quick_check`: [] when the file is sound, else the problems SQLite found (at most
+ * `maxProblems`). It reads every page (but checks no index against its table), so its cost
+ * grows with the file. A file too damaged to check throws its SQLITE_CORRUPT/NOTADB.
+ */
+export function quickCheck(db: Database.Database, maxProblems = 10): string[] {
+  const rows = db.pragma(`quick_check(${maxProblems})`) as { quick_check: string }[];
+  const problems = rows.map((r) => r.quick_check);
+  return problems.length === 1 && problems[0] === "ok" ? [] : problems;
+}
+
 export function openDatabase(options: DatabaseOptions): Database.Database {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
   const db = new Database(options.path);
