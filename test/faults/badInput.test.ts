@@ -7,6 +7,10 @@
  * in every field, deep nesting), huge strings in every string field, bodies over the
  * request limit, broken envelopes and an unsupported content type.
  *
+ * Then hostile characters (controls, separators, bidi controls, BOM, zero-width characters,
+ * lone surrogates) in every string field of every product RPC, walked from the descriptors,
+ * inside otherwise valid requests, and FTS5 query syntax in Search, over every protocol.
+ *
  * Every request gets an answer with a clear code (never INTERNAL/UNKNOWN, never a hang);
  * the server stays healthy, logs no internal error, and the database is byte-for-byte what
  * it was before (the fingerprint covers every row of every table). SEED replays the random
@@ -440,7 +444,8 @@ describe("bad input to every RPC over every protocol", () => {
 /**
  * Characters that have no place in one-line text, by category (SPEC-level rule in
  * src/core/validation.ts), and the zero-width ones that only keys refuse. `sample` marks the
- * one per category that also goes over gRPC and gRPC-Web; Connect JSON and binary get all.
+ * one per category that also goes over Connect binary, gRPC and gRPC-Web (the server decodes
+ * them to the same message as JSON); Connect JSON gets all.
  * Lone surrogates only travel in JSON: protobuf binary has no way to carry one (an encoder
  * writes U+FFFD, and invalid UTF-8 is a parse failure, covered above).
  */
@@ -474,7 +479,7 @@ const HOSTILE: { cp: number; category: string; sample?: true; keysOnly?: true; j
 
 /** The characters a protocol carries in this fuzz. */
 const hostileFor = (protocol: Protocol) =>
-  HOSTILE.filter((h) => (protocol === "connect-json" ? true : !h.jsonOnly && (protocol === "connect-proto" || h.sample)));
+  HOSTILE.filter((h) => (protocol === "connect-json" ? true : !h.jsonOnly && h.sample));
 
 /**
  * How the service treats a string field, which decides what a hostile character must get:
