@@ -90,7 +90,8 @@ export const DeliveryRouteSchema: GenMessage<DeliveryRoute> = /*@__PURE__*/
  */
 export type SessionRef = Message<"sessionstate.v1.SessionRef"> & {
   /**
-   * A key (see "Text rules" in session.proto): one-line text without invisible format characters, whitespace at the ends or '"'. At most 512 bytes.
+   * A key (see "Text rules" in session.proto): one-line text without invisible format
+   * characters, whitespace at the ends or '"'. At most 512 bytes.
    *
    * @generated from field: string session_key = 1;
    */
@@ -398,9 +399,10 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
   session?: SessionRef | undefined;
 
   /**
-   * Fields below are applied when present; absent fields keep their value (or the default
-   * on create: kind OTHER, run status IDLE, everything else empty/zero/false).
-   * The Gateway's session id: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), 1–128 bytes.
+   * Fields below are applied when present; absent fields keep their value (or the default on
+   * create: kind OTHER, run status IDLE, everything else empty/zero/false). The Gateway's
+   * session id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), 1–128 bytes.
    *
    * @generated from field: optional string session_id = 2;
    */
@@ -412,23 +414,26 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
   kind: SessionKind;
 
   /**
-   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 64 bytes.
    *
    * @generated from field: optional string channel = 4;
    */
   channel?: string | undefined;
 
   /**
-   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 256 bytes.
    *
    * @generated from field: optional string label = 5;
    */
   label?: string | undefined;
 
   /**
-   * Parent session key (spawnedBy). A key (see "Text rules" in session.proto): one-line text without invisible format characters, whitespace at the ends or '"'. Empty = no parent. A key that is not
-   * agent-qualified names a session of this session's agent. The parent must be a known
-   * session, and with a gateway token it must belong to one of the token's agents: a
+   * Parent session key (spawnedBy). A key (see "Text rules" in session.proto): one-line text
+   * without invisible format characters, whitespace at the ends or '"'. Empty = no parent. A
+   * key that is not agent-qualified names a session of this session's agent. The parent must be
+   * a known session, and with a gateway token it must belong to one of the token's agents: a
    * parent outside them answers PERMISSION_DENIED whether or not it exists.
    *
    * @generated from field: optional string parent_session_key = 6;
@@ -436,7 +441,8 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
   parentSessionKey?: string | undefined;
 
   /**
-   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
+   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
    *
    * @generated from field: optional string model = 7;
    */
@@ -534,7 +540,8 @@ export type GetSessionRequest = Message<"sessionstate.v1.GetSessionRequest"> & {
 
   /**
    * The session, by its current or an earlier session id. Resolves only to sessions the
-   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
+   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */
@@ -577,7 +584,8 @@ export type ListSessionsRequest = Message<"sessionstate.v1.ListSessionsRequest">
   kinds: SessionKind[];
 
   /**
-   * Exact label: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = any.
+   * Exact label: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = any.
    *
    * @generated from field: string label = 2;
    */
@@ -591,7 +599,8 @@ export type ListSessionsRequest = Message<"sessionstate.v1.ListSessionsRequest">
   agentId: string;
 
   /**
-   * Case-insensitive substring of the session key or label: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256
+   * Case-insensitive substring of the session key or label: One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256
    * bytes. Empty = no text filter.
    *
    * @generated from field: string search = 4;
@@ -708,9 +717,11 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
   parent?: SessionRef | undefined;
 
   /**
-   * Key of the child; created, or re-parented when it exists without a parent. A key (see "Text rules" in session.proto): one-line text without invisible format characters, whitespace at the ends or '"'. A key
-   * that is not agent-qualified names a session of the parent's agent; with a gateway token
-   * the child's agent must be one of the token's agents too (PERMISSION_DENIED otherwise).
+   * Key of the child; created, or re-parented when it exists without a parent. A key (see "Text
+   * rules" in session.proto): one-line text without invisible format characters, whitespace at
+   * the ends or '"'. A key that is not agent-qualified names a session of the parent's agent;
+   * with a gateway token the child's agent must be one of the token's agents too
+   * (PERMISSION_DENIED otherwise).
    *
    * @generated from field: string child_session_key = 2;
    */
@@ -722,37 +733,42 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
   kind: SessionKind;
 
   /**
-   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
    *
    * @generated from field: string label = 4;
    */
   label: string;
 
   /**
-   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
+   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
    *
    * @generated from field: string model = 5;
    */
   model: string;
 
   /**
-   * Run of the parent that spawned the child (kept on the child_spawned event). One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF),
-   * at most 128 bytes.
+   * Run of the parent that spawned the child (kept on the child_spawned event). One-line text
+   * (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 128 bytes.
    *
    * @generated from field: string run_id = 6;
    */
   runId: string;
 
   /**
-   * Channel of the child (optional): One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
+   * Channel of the child (optional): One-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
    *
    * @generated from field: string channel = 7;
    */
   channel: string;
 
   /**
-   * Dedupe key for the child_spawned event, so a retried spawn records once. Optional;
-   * one-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
+   * Dedupe key for the child_spawned event, so a retried spawn records once. Optional; one-line
+   * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 256 bytes.
    *
    * @generated from field: string dedupe_key = 8;
    */
@@ -901,22 +917,25 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
 
   /**
    * The session, by its current or an earlier session id. Resolves only to sessions the
-   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
+   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */
   sessionId: string;
 
   /**
-   * Fields below are applied when present; at least one must be. Empty text clears.
-   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
+   * Fields below are applied when present; at least one must be. Empty text clears. One-line
+   * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 256 bytes.
    *
    * @generated from field: optional string label = 4;
    */
   label?: string | undefined;
 
   /**
-   * An emoji or icon name: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
+   * An emoji or icon name: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
    *
    * @generated from field: optional string sidebar_icon = 5;
    */
@@ -933,7 +952,9 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
   archived?: boolean | undefined;
 
   /**
-   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes; empty = back to the agent's default.
+   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes; empty = back to the agent's
+   * default.
    *
    * @generated from field: optional string model = 8;
    */
@@ -1002,8 +1023,9 @@ export const PatchSessionResponseSchema: GenMessage<PatchSessionResponse> = /*@_
  */
 export type SessionGroup = Message<"sessionstate.v1.SessionGroup"> & {
   /**
-   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), 1–64 characters, no leading or trailing whitespace. Unique
-   * ignoring case.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), 1–64 characters, no leading or trailing whitespace. Unique ignoring
+   * case.
    *
    * @generated from field: string name = 1;
    */
@@ -1250,17 +1272,19 @@ export type ReportRunResultRequest = Message<"sessionstate.v1.ReportRunResultReq
   session?: SessionRef | undefined;
 
   /**
-   * The run: one-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes. Names the system note (so a retried report
-   * writes one).
+   * The run: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes. Names the system note (so a
+   * retried report writes one).
    *
    * @generated from field: string run_id = 2;
    */
   runId: string;
 
   /**
-   * The model the run used: one-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = the session's current
-   * model. The rule applies only when this is the agent-selected model that is still the
-   * session's model.
+   * The model the run used: one-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = the session's
+   * current model. The rule applies only when this is the agent-selected model that is still
+   * the session's model.
    *
    * @generated from field: string model = 3;
    */

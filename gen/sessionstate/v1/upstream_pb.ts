@@ -163,7 +163,8 @@ export type LinkUpstreamRequest = Message<"sessionstate.v1.LinkUpstreamRequest">
   nodeId: string;
 
   /**
-   * External thread id: one-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), 1–256 bytes.
+   * External thread id: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), 1–256 bytes.
    *
    * @generated from field: string thread_id = 4;
    */
@@ -177,16 +178,19 @@ export type LinkUpstreamRequest = Message<"sessionstate.v1.LinkUpstreamRequest">
   kind: UpstreamKind;
 
   /**
-   * Opaque locator for the Node: one-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), 1–4096 bytes. For JSONL transcripts
-   * a relative path inside the Node's root (no "..", not absolute).
+   * Opaque locator for the Node: one-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), 1–4096 bytes. For JSONL transcripts a
+   * relative path inside the Node's root (no "..", not absolute).
    *
    * @generated from field: string ref = 6;
    */
   ref: string;
 
   /**
-   * Session key of the agent session that adopted it, for the `adopted` event's actor id.
-   * A key (see "Text rules" in session.proto): one-line text without invisible format characters, whitespace at the ends or '"', at most 512 bytes. Empty = the adoption is recorded as a system action.
+   * Session key of the agent session that adopted it, for the `adopted` event's actor id. A key
+   * (see "Text rules" in session.proto): one-line text without invisible format characters,
+   * whitespace at the ends or '"', at most 512 bytes. Empty = the adoption is recorded as a
+   * system action.
    *
    * @generated from field: string actor_id = 7;
    */
@@ -243,7 +247,9 @@ export type UnlinkUpstreamRequest = Message<"sessionstate.v1.UnlinkUpstreamReque
   session?: SessionRef | undefined;
 
   /**
-   * The link to remove: one-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes. Empty = every link of the session.
+   * The link to remove: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes. Empty = every link of the
+   * session.
    *
    * @generated from field: string link_id = 2;
    */
@@ -394,7 +400,9 @@ export const ConnectNodeRequestSchema: GenMessage<ConnectNodeRequest> = /*@__PUR
  */
 export type NodeHello = Message<"sessionstate.v1.NodeHello"> & {
   /**
-   * The Node's software and version, for logs. One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
+   * The Node's software and version, for logs. One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128
+   * bytes.
    *
    * @generated from field: string software = 1;
    */
@@ -463,7 +471,9 @@ export type CheckReport = Message<"sessionstate.v1.CheckReport"> & {
   marker: Uint8Array;
 
   /**
-   * INDETERMINATE: why (for logs and ListUpstreamLinks). One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 1024 bytes.
+   * INDETERMINATE: why (for logs and ListUpstreamLinks). One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 1024
+   * bytes.
    *
    * @generated from field: string error = 6;
    */

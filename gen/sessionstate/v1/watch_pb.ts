@@ -285,7 +285,8 @@ export type ListWatchCursorsRequest = Message<"sessionstate.v1.ListWatchCursorsR
    */
   selector: {
     /**
-     * Cursors held by this watcher, ordered by target agent, then target key. A key (see "Text rules" in session.proto).
+     * Cursors held by this watcher, ordered by target agent, then target key. A key (see "Text
+     * rules" in session.proto).
      *
      * @generated from field: string watcher_session_key = 1;
      */
@@ -473,7 +474,8 @@ export const StreamNoticesResponseSchema: GenMessage<StreamNoticesResponse> = /*
  */
 export type NoticeAck = Message<"sessionstate.v1.NoticeAck"> & {
   /**
-   * Name the target by key (with target_agent_id when not agent-qualified) … A key (see "Text rules" in session.proto).
+   * Name the target by key (with target_agent_id when not agent-qualified) … A key (see "Text
+   * rules" in session.proto).
    *
    * @generated from field: string target_session_key = 1;
    */
@@ -515,7 +517,8 @@ export const NoticeAckSchema: GenMessage<NoticeAck> = /*@__PURE__*/
  */
 export type AckNoticesRequest = Message<"sessionstate.v1.AckNoticesRequest"> & {
   /**
-   * Agent-qualified session key of the watcher whose notices were drained. A key (see "Text rules" in session.proto).
+   * Agent-qualified session key of the watcher whose notices were drained. A key (see "Text
+   * rules" in session.proto).
    *
    * @generated from field: string watcher_session_key = 1;
    */
