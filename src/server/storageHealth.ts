@@ -4,8 +4,10 @@
  * call, background job or the start-up check, marks it damaged for the rest of the process:
  * - health (grpc.health.v1) turns NOT_SERVING, for the server and every product service, so
  *   load balancers and orchestrators take it out of rotation;
- * - every call that writes is refused with DATA_LOSS, naming the file and the check command,
- *   before it runs, so nothing more is written into a damaged file;
+ * - every call that is not a read (policy access act/upstream/admin: writes, and also
+ *   StreamNotices, AckNotices and ConnectNode, whose state lives in the same file) is refused
+ *   with DATA_LOSS, naming the file and the check command, before it runs, so nothing more is
+ *   written into a damaged file;
  * - pruning and the upstream monitor stop.
  * Reads go on (what can still be read is worth reading) and answer DATA_LOSS where they hit
  * the damage. Nothing clears the mark but a restart: a damaged file does not heal.
