@@ -327,6 +327,36 @@ describe("scope rules", () => {
     ).toMatch(/request targets agent "ops"$/);
   });
 
+  it("a parent must be inside the caller's scope, checked before existence: no 404-vs-200 oracle", async () => {
+    const upsertUnder = (caller: Caller, sessionKey: string, parentSessionKey: string) =>
+      denial(as(caller).sessions.upsertSession({ session: { sessionKey }, parentSessionKey }));
+    // agent:ops:main exists, agent:ops:nobody does not: the same denial either way.
+    const existing = await upsertUnder("gateway", "agent:main:x", "agent:ops:main");
+    const missing = await upsertUnder("gateway", "agent:main:x", "agent:ops:nobody");
+    expect(existing).toBe('PermissionDenied: token "gw-main" has role gateway, which may act for agents [main]; request targets agent "ops"');
+    expect(missing).toBe(existing);
+    for (const protocol of PROTOCOLS) {
+      expect(await denial(as("gateway", protocol).sessions.upsertSession({ session: { sessionKey: "agent:main:x" }, parentSessionKey: "agent:ops:main" }))).toBe(existing);
+    }
+    // Nothing was written, and ops's tree does not list a child it never spawned.
+    expect(await denial(as("admin").sessions.getSession({ session: { sessionKey: "agent:main:x" } }))).toMatch(/^NotFound: /);
+    const opsTree = await as("foreign gateway").sessions.listSessions({
+      requester: { sessionKey: "agent:ops:main", visibility: VisibilityMode.TREE },
+    });
+    expect(opsTree.sessions.map((s) => s.sessionKey)).not.toContain("agent:main:x");
+    // An existing session cannot be moved under a foreign parent either.
+    expect(await upsertUnder("gateway", MAIN.sessionKey, "agent:ops:main")).toBe(existing);
+    // A spawn names its parent: the same rule, whether or not the parent exists.
+    const spawnFrom = (parent: string) =>
+      denial(as("gateway").sessions.spawnSession({ parent: { sessionKey: parent }, childSessionKey: "agent:main:subagent:y" }));
+    expect(await spawnFrom("agent:ops:main")).toBe(existing);
+    expect(await spawnFrom("agent:ops:nobody")).toBe(existing);
+    // Inside the scope the existence check answers as before; a caller scoped to both agents may link them.
+    expect(await upsertUnder("gateway", "agent:main:x", "agent:main:nobody")).toMatch(/^NotFound: parent session "agent:main:nobody"/);
+    expect(await upsertUnder("gateway", "agent:main:x", MAIN.sessionKey)).toBe("no error");
+    expect(await upsertUnder("admin", "agent:main:cross", "agent:ops:main")).toBe("no error");
+  });
+
   it("a list that may reach every agent is refused to a gateway, allowed to a reader", async () => {
     expect(await denial(as("gateway").sessions.listSessions({}))).toBe(
       'PermissionDenied: token "gw-main" has role gateway, which may act for agents [main]; request may reach every agent\'s sessions ' +

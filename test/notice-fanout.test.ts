@@ -127,7 +127,7 @@ describe("watch limits and targets", () => {
     const err = await f.core.watch(WATCHERS[2], { sessionKey: TARGET, agentId: "" }).catch((e) => e);
     expect(err).toBeInstanceOf(DomainError);
     expect(err.kind).toBe("resource_exhausted");
-    expect(err.message).toMatch(/2 watchers, the most allowed \(--max-watchers-per-target\)/);
+    expect(err.message).toMatch(/2 watchers, the most allowed \(--max-watchers-per-target 2\)/);
     expect(await f.core.watch(WATCHERS[1], { sessionKey: TARGET, agentId: "" })).toMatchObject({ watched: true, created: false });
     // A spawn's implicit cursor is the parent's own and never fails the spawn.
     await f.core.upsertSession({ sessionKey: "agent:main:main", agentId: "" }, {});

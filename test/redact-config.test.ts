@@ -18,7 +18,10 @@ describe("--redact-patterns", () => {
     ["not JSON", "CORP-.*", /expected a JSON array/],
     ["not an array", '"CORP"', /JSON array of non-empty strings/],
     ["an empty pattern", '[""]', /JSON array of non-empty strings/],
-    ["an invalid expression", '["("]', /is not a valid regular expression/],
+    ["an invalid expression", '["("]', /^--redact-patterns: "\(" cannot be used: not a valid RE2 regular expression/],
+    ["a backreference", '["(a)\\\\1"]', /^--redact-patterns: "\(a\)\\\\1" cannot be used: backreferences .* are not supported: redact patterns use RE2 syntax/],
+    ["a lookahead", '["x(?=y)"]', /^--redact-patterns: "x\(\?=y\)" cannot be used: lookahead and lookbehind .* are not supported/],
+    ["a lookbehind", '["(?<!_)key"]', /cannot be used: lookahead and lookbehind/],
   ])("refuses %s, naming the flag", (_name, raw, message) => {
     expect(() => serverConfig({ "redact-patterns": raw }, {})).toThrow(ConfigError);
     expect(() => serverConfig({ "redact-patterns": raw }, {})).toThrow(message);

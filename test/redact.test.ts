@@ -6,6 +6,7 @@ import {
   isSecretName,
   maskSecret,
   redactText,
+  RedactPatternError,
 } from "../src/core/transcript/redact.js";
 
 // Test secrets are assembled at run time so no literal credential appears in the source.
@@ -200,6 +201,26 @@ describe("createRedactor extraPatterns", () => {
 
   it("survives zero-length extra matches", () => {
     expect(createRedactor({ extraPatterns: [/x*/] }).redact("abc").text).toBe("abc");
+  });
+
+  it("runs extra patterns on RE2: (a+)+$ is linear, and the RegExp flags i, m, s carry over", () => {
+    const redactor = createRedactor({ extraPatterns: ["(a+)+$"] });
+    expect(redactor.redact(`${"a".repeat(32)}!`).text).toBe(`${"a".repeat(32)}!`);
+    expect(redactor.redact(`x ${"a".repeat(200_000)}!`).redacted).toBe(false);
+    expect(redactor.redact(`x ${"a".repeat(20)}`).text).toBe("x aaaaaa…aaaa");
+    expect(createRedactor({ extraPatterns: [/corp-\d+/i] }).redact("CORP-12").text).toBe("***");
+    expect(createRedactor({ extraPatterns: [/^k=(\w+)$/m] }).redact("a\nk=secret\nb").text).toBe("a\nk=***\nb");
+    expect(createRedactor({ extraPatterns: [/begin.+end/s] }).redact("begin\nend").text).toBe("***");
+  });
+
+  it.each([
+    ["a backreference", "(a)\\1", /backreferences/],
+    ["a lookahead", "a(?=b)", /lookahead and lookbehind/],
+    ["a negative lookbehind", "(?<!x)a", /lookahead and lookbehind/],
+    ["a RegExp with a backreference", /(a)\1/, /backreferences/],
+  ])("refuses %s, naming the pattern and why", (_name, pattern, why) => {
+    expect(() => createRedactor({ extraPatterns: [pattern] })).toThrow(RedactPatternError);
+    expect(() => createRedactor({ extraPatterns: [pattern] })).toThrow(why);
   });
 });
 

@@ -12,6 +12,7 @@ import type { TlsOptions } from "../server/tls.js";
 import { readFileSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { createSecureContext } from "node:tls";
+import { compileRedactPattern } from "../core/transcript/redact.js";
 
 export interface Setting {
   flag: string;
@@ -28,7 +29,6 @@ export const SETTINGS: Setting[] = [
   { flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
   { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
   { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
-  { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watchers (cursors) one session may have; Watch beyond it is RESOURCE_EXHAUSTED", default: "10000" },
   { flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
   { flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
   { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
@@ -41,7 +41,9 @@ export const SETTINGS: Setting[] = [
   { flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
   { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
-  { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of regular expressions", default: "[]" },
+  { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
+  { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
+  { flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
 ];
 
@@ -73,7 +75,6 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     port: int("port", 0, 65535),
     databasePath: database(value("db")),
     poolSize: int("pg-pool-size", 1, 1000),
-    maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
     retention: { maxAgeMs: int("retention-days", 1, 36500) * DAY_MS, maxRows: int("retention-rows", 1, 1_000_000_000) },
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
@@ -86,6 +87,8 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamIntervalMs: int("upstream-interval", 50, 3_600_000),
     upstreamRoot: upstreamRoot(value("upstream-root")),
     redactPatterns: redactPatterns(value("redact-patterns")),
+    maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
+    startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
   };
 }
 
@@ -104,7 +107,12 @@ function database(db: string): string {
   return db;
 }
 
-/** A JSON array of regular expressions, each compiled now so a bad one fails at start-up. */
+/**
+ * A JSON array of regular expressions in RE2 syntax, each compiled now by the engine that
+ * will run it (linear time, src/core/transcript/redact.ts), so a pattern it cannot run —
+ * invalid, or needing backreferences or lookaround — fails the start, naming the flag, the
+ * pattern and why.
+ */
 function redactPatterns(raw: string): string[] {
   let parsed: unknown;
   try {
@@ -117,9 +125,9 @@ function redactPatterns(raw: string): string[] {
   }
   for (const pattern of parsed) {
     try {
-      new RegExp(pattern, "g");
+      compileRedactPattern(pattern);
     } catch (err) {
-      throw new ConfigError(`--redact-patterns: ${JSON.stringify(pattern)} is not a valid regular expression (${(err as Error).message})`);
+      throw new ConfigError(`--redact-patterns: ${(err as Error).message}`);
     }
   }
   return parsed;

@@ -11,12 +11,13 @@
  * - Cursors end with their watcher's reset, with either session's deletion, on Unwatch, and
  *   when idle past the log's retention.
  */
-import { DomainError, notFound } from "./errors.js";
+import { notFound } from "./errors.js";
 import { watcherAgentId, type SessionId } from "./keys.js";
 import type { WatchCursor } from "./model.js";
 import type { WriteContext } from "./watchableStore.js";
+import { admitWatcher } from "./watcherLimit.js";
 
-export const DEFAULT_MAX_WATCHERS_PER_TARGET = 10_000;
+export { DEFAULT_MAX_WATCHERS_PER_TARGET } from "./watcherLimit.js";
 
 /** Why `watcherKey` cannot watch `target`, or undefined when it can. */
 export function watchRefusal(watcherKey: string, target: SessionId): string | undefined {
@@ -64,12 +65,7 @@ export async function watchAtHead(
   if ((!head || head.stateVersion === 0) && !(await ctx.tx.registry.sessionFields(target))) {
     throw notFound(`target session "${target.sessionKey}" (agent ${target.agentId}) is not known`);
   }
-  if ((await ctx.tx.cursors.countOnTarget(target)) >= maxWatchersPerTarget) {
-    throw new DomainError(
-      "resource_exhausted",
-      `target "${target.sessionKey}" already has ${maxWatchersPerTarget} watchers, the most allowed (--max-watchers-per-target); unwatch one first`,
-    );
-  }
+  admitWatcher(target, await ctx.tx.cursors.countOnTarget(target), maxWatchersPerTarget);
   const cursor = cursorAt(watcherKey, target, head?.stateVersion ?? 0, "explicit", ctx.now);
   await ctx.tx.cursors.insertCursor(cursor);
   return { cursor, created: true };

@@ -8,7 +8,9 @@ export type DomainErrorKind =
   | "failed_precondition"
   | "permission_denied"
   | "resource_exhausted"
-  | "unavailable";
+  | "unavailable"
+  /** The database file is damaged (src/core/sqlite/storageFaults.ts). */
+  | "data_loss";
 
 export class DomainError extends Error {
   constructor(

@@ -1,4 +1,5 @@
 import { invalidArgument } from "./errors.js";
+import { checkBytes, codePointName, oneLineViolation } from "./validation.js";
 
 /** A session's identity: the key plus the agent that owns it (SPEC §1). */
 export interface SessionId {
@@ -9,8 +10,20 @@ export interface SessionId {
 export const MAX_KEY_BYTES = 512;
 const AGENT_ID = /^[A-Za-z0-9_.-]{1,64}$/;
 const AGENT_QUALIFIED = /^agent:([^:]+):(.+)$/s;
-// C0 controls, DEL and C1 controls never belong in a key.
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
+/**
+ * The key rule: one-line text (validation.ts) and, because a key is an identity that people
+ * and models read (it is quoted in the notice text, SPEC §3.2), nothing that hides what it is:
+ * - no invisible format characters (Unicode Cf: zero-width space/joiner/non-joiner U+200B–
+ *   U+200D, word joiner U+2060, soft hyphen U+00AD, …), so two keys never look alike;
+ * - no whitespace but the plain space U+0020 (no no-break or ideographic spaces), and no
+ *   whitespace at either end;
+ * - no double quote, so a key cannot close the quotes around it in the notice text.
+ */
+export const KEY_RULE =
+  "one-line text without invisible format characters (Unicode Cf, e.g. U+200B–U+200D, U+2060, U+00AD), without whitespace other than U+0020 or at either end, and without '\"'";
+
+const FORMAT = /\p{Cf}/u;
+const OTHER_WHITESPACE = /[^\S ]/u;
 
 /** The agent of an `agent:<agentId>:<rest>` key, or undefined for other keys. */
 export function agentIdOfKey(sessionKey: string): string | undefined {
@@ -27,14 +40,29 @@ export function isNestedSessionKey(sessionKey: string): boolean {
   return /:(subagent|acp):/.test(sessionKey);
 }
 
-/** Checks a session key's shape; `field` names it in the error. */
+/** Why `key` breaks the key rule, or undefined when it follows it. Length is not checked here. */
+export function keyViolation(key: string): string | undefined {
+  const oneLine = oneLineViolation(key);
+  if (oneLine !== undefined) return oneLine;
+  if (FORMAT.test(key)) return `must not contain invisible format characters (found ${codePointName(key, FORMAT)})`;
+  if (OTHER_WHITESPACE.test(key)) return `must not contain whitespace other than the plain space (found ${codePointName(key, OTHER_WHITESPACE)})`;
+  if (key.trim() !== key) return "must not start or end with whitespace";
+  if (key.includes('"')) return "must not contain '\"' (keys are quoted in notice text)";
+  return undefined;
+}
+
+/** Checks a session key's shape (the key rule, 1–512 bytes); `field` names it in the error. */
 export function checkSessionKey(field: string, sessionKey: string): string {
   if (sessionKey.length === 0) throw invalidArgument(field, "must not be empty");
-  if (Buffer.byteLength(sessionKey, "utf8") > MAX_KEY_BYTES) {
-    throw invalidArgument(field, `must be at most ${MAX_KEY_BYTES} bytes`);
-  }
-  if (CONTROL.test(sessionKey)) throw invalidArgument(field, "must not contain control characters");
+  checkBytes(field, sessionKey, MAX_KEY_BYTES);
+  const violation = keyViolation(sessionKey);
+  if (violation !== undefined) throw invalidArgument(field, violation);
   return sessionKey;
+}
+
+/** An actor id: empty (none) or the session key of the agent actor (SPEC §2.1), so the key rule. */
+export function checkActorId(field: string, actorId: string): string {
+  return actorId === "" ? actorId : checkSessionKey(field, actorId);
 }
 
 export function checkAgentId(field: string, agentId: string): string {
@@ -45,22 +73,37 @@ export function checkAgentId(field: string, agentId: string): string {
 }
 
 /**
+ * The request fields a session reference comes from, for error messages: a `SessionRef`
+ * field's name (`session` → `session.session_key`, `session.agent_id`), or the two fields of
+ * a flat pair (see flatSessionFields).
+ */
+export type SessionFields = string | { key: string; agent: string };
+
+/** A flat pair such as `target_session_key` / `target_agent_id` (prefix `target_`). */
+export function flatSessionFields(prefix: string): { key: string; agent: string } {
+  return { key: `${prefix}session_key`, agent: `${prefix}agent_id` };
+}
+
+/**
  * Resolves a (key, agent) pair. Agent-qualified keys carry their agent, so agentId may be
  * empty (and must match when given); other keys — notably `global` — need an explicit agent.
  */
-export function resolveSession(field: string, sessionKey: string, agentId: string): SessionId {
-  checkSessionKey(`${field}.session_key`, sessionKey);
+export function resolveSession(fields: SessionFields, sessionKey: string, agentId: string): SessionId {
+  const field = typeof fields === "string" ? { key: `${fields}.session_key`, agent: `${fields}.agent_id` } : fields;
+  checkSessionKey(field.key, sessionKey);
   const fromKey = agentIdOfKey(sessionKey);
   if (fromKey !== undefined) {
+    // Shape first, so the mismatch message below never quotes a malformed id.
+    if (agentId !== "") checkAgentId(field.agent, agentId);
     if (agentId !== "" && agentId !== fromKey) {
-      throw invalidArgument(`${field}.agent_id`, `"${agentId}" does not match the key's agent "${fromKey}"`);
+      throw invalidArgument(field.agent, `"${agentId}" does not match the key's agent "${fromKey}"`);
     }
     return { agentId: fromKey, sessionKey };
   }
   if (agentId === "") {
-    throw invalidArgument(`${field}.agent_id`, "is required when the session key is not agent-qualified");
+    throw invalidArgument(field.agent, "is required when the session key is not agent-qualified");
   }
-  return { agentId: checkAgentId(`${field}.agent_id`, agentId), sessionKey };
+  return { agentId: checkAgentId(field.agent, agentId), sessionKey };
 }
 
 /** A watcher must be an agent-qualified session key (SPEC §3.1). */

@@ -5,23 +5,10 @@
  */
 import { PostgresStorage } from "./postgres/storage.js";
 import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
+import { isPostgresUrl } from "./databaseName.js";
 import type { Storage } from "./storage.js";
 
-export function isPostgresUrl(db: string): boolean {
-  return /^postgres(ql)?:\/\//i.test(db);
-}
-
-/** The database as it may be logged: a URL without its password. */
-export function describeDatabase(db: string): string {
-  if (!isPostgresUrl(db)) return db;
-  try {
-    const url = new URL(db);
-    if (url.password !== "") url.password = "***";
-    return url.toString();
-  } catch {
-    return "postgres://(unparsable URL)";
-  }
-}
+export { describeDatabase, isPostgresUrl } from "./databaseName.js";
 
 export interface OpenStorageOptions {
   db: string;

@@ -7,7 +7,9 @@
  */
 import { invalidArgument, notFound } from "./errors.js";
 import {
+  checkActorId,
   checkSessionKey,
+  flatSessionFields,
   resolveSession,
   targetKeyOfContextKey,
   watcherAgentId,
@@ -57,7 +59,8 @@ import {
   type RetentionPolicy,
 } from "./signalLog.js";
 import type { CursorPage, Storage, WatcherSelector } from "./storage.js";
-import { checkCount, checkRange, checkSummary, checkText, checkToken } from "./validation.js";
+import { checkCount, checkRange, checkSummary, checkOneLine } from "./validation.js";
+import { cursorPageSize, decodeCursorToken, encodeCursorToken, type CursorSelector } from "./cursorPages.js";
 import { NOTICES_TOPIC, WatchableStore } from "./watchableStore.js";
 
 export type { AckOutcome } from "./noticeProtocol.js";
@@ -199,9 +202,9 @@ export class SessionState {
   private draftOf(input: AppendEventInput, field: string, now: number): EventDraft {
     const session = resolveSession(`${field}.session`, input.sessionKey, input.agentId);
     checkSummary(`${field}.summary`, input.summary);
-    checkToken(`${field}.actor_id`, input.actorId, 512);
-    checkToken(`${field}.run_id`, input.runId, 128);
-    checkToken(`${field}.dedupe_key`, input.dedupeKey, 256);
+    checkActorId(`${field}.actor_id`, input.actorId);
+    checkOneLine(`${field}.run_id`, input.runId, 128);
+    checkOneLine(`${field}.dedupe_key`, input.dedupeKey, 256);
     checkCount(`${field}.watcher_session_keys`, input.watcherSessionKeys.length, 0, MAX_PRODUCER_WATCHERS);
     input.watcherSessionKeys.forEach((k, j) => checkSessionKey(`${field}.watcher_session_keys[${j}]`, k));
     const payload: EventPayload = {};
@@ -213,7 +216,7 @@ export class SessionState {
     } else if (input.payload.outcome !== undefined) {
       throw invalidArgument(`${field}.payload.outcome`, `is only allowed on run_failed, not on ${input.kind}`);
     }
-    if (input.payload.channel) payload.channel = checkToken(`${field}.payload.channel`, input.payload.channel, 64);
+    if (input.payload.channel) payload.channel = checkOneLine(`${field}.payload.channel`, input.payload.channel, 64);
     if (input.payload.turns) payload.turns = checkRange(`${field}.payload.turns`, input.payload.turns, 0, 10_000);
     return {
       session,
@@ -289,8 +292,8 @@ export class SessionState {
 
   async listSessions(request: ListRequest): Promise<{ sessions: SessionRecord[]; truncated: boolean }> {
     if (request.agentId !== "") checkAgentId("agent_id", request.agentId);
-    checkText("label", request.label, 256);
-    checkText("search", request.search, 256);
+    checkOneLine("label", request.label, 256);
+    checkOneLine("search", request.search, 256);
     checkRange("active_minutes", request.activeMinutes, 0, 525_600);
     const limit = request.limit === 0 ? DEFAULT_LIST_LIMIT : checkRange("limit", request.limit, 1, MAX_LIST_LIMIT);
     const updatedSince = request.activeMinutes > 0 ? this.clock() - request.activeMinutes * 60_000 : 0;
@@ -305,11 +308,11 @@ export class SessionState {
     if (child.agentId === parent.agentId && child.sessionKey === parent.sessionKey) {
       throw invalidArgument("child_session_key", "must differ from the parent");
     }
-    checkText("label", request.label, 256);
-    checkToken("model", request.model, 256);
-    checkToken("run_id", request.runId, 128);
-    checkToken("channel", request.channel, 64);
-    checkToken("dedupe_key", request.dedupeKey, 256);
+    checkOneLine("label", request.label, 256);
+    checkOneLine("model", request.model, 256);
+    checkOneLine("run_id", request.runId, 128);
+    checkOneLine("channel", request.channel, 64);
+    checkOneLine("dedupe_key", request.dedupeKey, 256);
     const input = {
         parent,
         child,
@@ -345,7 +348,7 @@ export class SessionState {
   /** Explicit watch (sessions_send with watch: true), starting at the target's current head. */
   async watch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<WatchResult> {
     checkSessionKey("watcher_session_key", watcherKey);
-    const targetId = resolveSession("target", target.sessionKey, target.agentId);
+    const targetId = resolveSession(flatSessionFields("target_"), target.sessionKey, target.agentId);
     const refusal = watchRefusal(watcherKey, targetId);
     if (refusal !== undefined) return { watched: false, reason: refusal };
     const { cursor, created } = await this.store.write((ctx) => watchAtHead(ctx, watcherKey, targetId, this.maxWatchersPerTarget), {
@@ -356,7 +359,7 @@ export class SessionState {
 
   async unwatch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<boolean> {
     checkSessionKey("watcher_session_key", watcherKey);
-    const targetId = resolveSession("target", target.sessionKey, target.agentId);
+    const targetId = resolveSession(flatSessionFields("target_"), target.sessionKey, target.agentId);
     return this.store.write((ctx) => unwatch(ctx, watcherKey, targetId), { lock: [targetId] });
   }
 
@@ -368,8 +371,38 @@ export class SessionState {
       const watcherKey = checkSessionKey("watcher_session_key", selector.watcherKey);
       return this.store.read(async (tx) => withMaterialMarks(tx, await tx.cursors.cursorsOfWatcher(watcherKey, page)));
     }
-    const target = resolveSession("target", selector.target.sessionKey, selector.target.agentId);
+    const target = resolveSession(flatSessionFields("target_"), selector.target.sessionKey, selector.target.agentId);
     return this.store.read(async (tx) => withMaterialMarks(tx, await tx.cursors.cursorsOnTarget(target, page)));
+  }
+
+  /** One page of ListWatchCursors (cursorPages.ts): `pageSize` 0 = 100, at most 1000; `pageToken` "" = the first page. */
+  async listCursorPage(
+    selector: { watcherKey: string } | { target: { sessionKey: string; agentId: string } },
+    page: { pageSize: number; pageToken: string },
+  ): Promise<{ cursors: WatchCursor[]; nextPageToken: string }> {
+    const checked: CursorSelector =
+      "watcherKey" in selector
+        ? { watcherKey: checkSessionKey("watcher_session_key", selector.watcherKey) }
+        : { target: resolveSession(flatSessionFields("target_"), selector.target.sessionKey, selector.target.agentId) };
+    const size = cursorPageSize(page.pageSize);
+    const after = decodeCursorToken(checked, page.pageToken);
+    // One more than the page, to know whether another page follows.
+    const rows = await this.store.read(async (tx) =>
+      withMaterialMarks(
+        tx,
+        "watcherKey" in checked
+          ? await tx.cursors.cursorsOfWatcher(checked.watcherKey, {
+              after: after && "afterTarget" in after ? { watcherKey: checked.watcherKey, targetAgentId: after.afterTarget.agentId, targetKey: after.afterTarget.sessionKey } : undefined,
+              limit: size + 1,
+            })
+          : await tx.cursors.cursorsOnTarget(checked.target, {
+              after: after && "afterWatcher" in after ? { watcherKey: after.afterWatcher, targetAgentId: checked.target.agentId, targetKey: checked.target.sessionKey } : undefined,
+              limit: size + 1,
+            }),
+      ),
+    );
+    const cursors = rows.slice(0, size);
+    return { cursors, nextPageToken: rows.length > size ? encodeCursorToken(checked, cursors[cursors.length - 1]) : "" };
   }
 
   checkWatcherSelector(selector: { agentId: string; watcherKeys: string[] }): WatcherSelector {
@@ -419,7 +452,7 @@ export class SessionState {
       if (targetKey === "") throw invalidArgument(`${field}.target_session_key`, "give target_session_key or context_key");
       // A non-qualified target (global) defaults to the watcher's own agent.
       const agentId = ack.targetAgentId !== "" || agentIdOfKey(targetKey) !== undefined ? ack.targetAgentId : watcherAgent;
-      const target = resolveSession(`${field}.target`, targetKey, agentId);
+      const target = resolveSession(flatSessionFields(`${field}.target_`), targetKey, agentId);
       checkRange(`${field}.notified_sequence`, ack.notifiedSequence, 0, Number.MAX_SAFE_INTEGER);
       return { target, notifiedSequence: ack.notifiedSequence };
     });
@@ -468,22 +501,24 @@ function unknownSession(session: SessionId) {
   return notFound(`session "${session.sessionKey}" (agent ${session.agentId}) is not known`);
 }
 
+const snakeCase = (name: string) => name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`);
+
 function checkPatch(patch: SessionPatch): void {
   if (patch.sessionId !== undefined) {
-    checkToken("session_id", patch.sessionId, 128);
+    checkOneLine("session_id", patch.sessionId, 128);
     if (patch.sessionId === "") throw invalidArgument("session_id", "must not be empty when given");
   }
-  if (patch.channel !== undefined) checkToken("channel", patch.channel, 64);
-  if (patch.label !== undefined) checkText("label", patch.label, 256);
+  if (patch.channel !== undefined) checkOneLine("channel", patch.channel, 64);
+  if (patch.label !== undefined) checkOneLine("label", patch.label, 256);
   if (patch.parentSessionKey !== undefined && patch.parentSessionKey !== "") {
     checkSessionKey("parent_session_key", patch.parentSessionKey);
   }
-  if (patch.model !== undefined) checkToken("model", patch.model, 256);
+  if (patch.model !== undefined) checkOneLine("model", patch.model, 256);
   if (patch.contextTokens !== undefined) checkRange("context_tokens", patch.contextTokens, 0, Number.MAX_SAFE_INTEGER);
   if (patch.totalTokens !== undefined) checkRange("total_tokens", patch.totalTokens, 0, Number.MAX_SAFE_INTEGER);
   for (const [field, route] of [["origin", patch.origin], ["delivery_context", patch.deliveryContext]] as const) {
     if (!route) continue;
-    for (const [name, value] of Object.entries(route)) checkToken(`${field}.${name}`, value, 256);
+    for (const [name, value] of Object.entries(route)) checkOneLine(`${field}.${snakeCase(name)}`, value, 256);
   }
 }
 

@@ -32,7 +32,7 @@ import {
   type Viewer,
   type VisibilityMode,
 } from "./transcript/visibility.js";
-import { checkCount, checkRange, checkText, checkToken } from "./validation.js";
+import { checkCount, checkRange, checkOneLine } from "./validation.js";
 
 export const MAX_APPEND_MESSAGES = 500;
 export const MAX_LISTING_MESSAGES = 20;
@@ -173,7 +173,7 @@ export class SessionTools {
       if (!record) throw notFound(`session "${session.sessionKey}" (agent ${session.agentId}) is not registered`);
       return { session, sessionId: record.sessionId, current: true };
     }
-    checkToken("session_id", target.sessionId, 128);
+    checkOneLine("session_id", target.sessionId, 128);
     const found = await this.transcripts.findSessionId(target.sessionId);
     if (!found || !(await this.isVisible(viewer, found.session))) throw unknownSessionId(viewer, target.sessionId);
     return found;
@@ -183,7 +183,7 @@ export class SessionTools {
 
   async appendMessages(ref: Ref, sessionId: string, messages: MessageRequest[]): Promise<AppendReport> {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
-    if (sessionId !== "") checkToken("session_id", sessionId, 128);
+    if (sessionId !== "") checkOneLine("session_id", sessionId, 128);
     checkCount("messages", messages.length, 1, MAX_APPEND_MESSAGES);
     const now = this.state.now();
     // Validate the whole batch first: a rejected request writes nothing.
@@ -288,8 +288,8 @@ export class SessionTools {
 
   async reportRunResult(ref: Ref, request: RunResultRequest): Promise<RunReportOutcome> {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
-    checkToken("run_id", request.runId, 128);
-    checkToken("model", request.model, 256);
+    checkOneLine("run_id", request.runId, 128);
+    checkOneLine("model", request.model, 256);
     let result: RunResult;
     if (request.outcome === "failed") {
       if (request.failure === undefined) throw invalidArgument("failure", "is required when outcome is FAILED");
@@ -344,11 +344,11 @@ function checkVersion(expected: number | undefined): number | undefined {
 
 function checkSettingsPatch(p: PatchRequest): SettingsPatch {
   const patch: SettingsPatch = {};
-  if (p.label !== undefined) patch.label = checkText("label", p.label, 256);
-  if (p.sidebarIcon !== undefined) patch.sidebarIcon = checkToken("sidebar_icon", p.sidebarIcon, 64);
+  if (p.label !== undefined) patch.label = checkOneLine("label", p.label, 256);
+  if (p.sidebarIcon !== undefined) patch.sidebarIcon = checkOneLine("sidebar_icon", p.sidebarIcon, 64);
   if (p.pinned !== undefined) patch.pinned = p.pinned;
   if (p.archived !== undefined) patch.archived = p.archived;
-  if (p.model !== undefined) patch.model = checkToken("model", p.model, 256);
+  if (p.model !== undefined) patch.model = checkOneLine("model", p.model, 256);
   if (p.thinkingLevel !== undefined) patch.thinkingLevel = p.thinkingLevel as ThinkingLevel | null;
   if (Object.keys(patch).length === 0) {
     throw new DomainError("invalid_argument", "nothing to change: give at least one of label, sidebar_icon, pinned, archived, model, thinking_level");

@@ -64,11 +64,21 @@ export interface Storage {
   leadership(job: SingletonJob): Leadership;
   /** Whether the database answers a trivial query now (readiness). */
   ping(): Promise<boolean>;
+  /**
+   * A quick integrity check of the stored data at start-up, when the backend has one and the
+   * database is at most `maxBytes` large (0 = never). Damage it cannot even read through
+   * throws DATA_LOSS.
+   */
+  checkIntegrity(maxBytes: number): Promise<IntegrityReport>;
+  /** How an operator names this database, and what to run when it is damaged. */
+  readonly description: { database: string; damagedAdvice: string };
   /** Closes the connection(s); waits for queued writes first. */
   close(): Promise<void>;
 }
 
 export type SingletonJob = "prune" | "upstream";
+
+export type IntegrityReport = { checked: false; reason: string } | { checked: true; bytes: number; ms: number; problems: string[] };
 
 /** What a wake-up is about (a topic) and for whom; keys "all" = re-read everything. */
 export type WakeupListener = (topic: string, keys: readonly string[] | "all") => void;

@@ -6,6 +6,7 @@
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { DomainError, type DomainErrorKind } from "../core/errors.js";
 import type { Logger } from "./logger.js";
+import type { StorageWatch } from "./storageHealth.js";
 
 const CODES: Record<DomainErrorKind, Code> = {
   invalid_argument: Code.InvalidArgument,
@@ -14,6 +15,7 @@ const CODES: Record<DomainErrorKind, Code> = {
   permission_denied: Code.PermissionDenied,
   resource_exhausted: Code.ResourceExhausted,
   unavailable: Code.Unavailable,
+  data_loss: Code.DataLoss,
 };
 
 /**
@@ -31,11 +33,19 @@ function bounded(err: ConnectError): ConnectError {
   return new ConnectError(message, err.code, err.metadata, details, err.cause);
 }
 
-export function toConnectError(err: unknown, logger: Logger, procedure: string): ConnectError {
+/**
+ * `storage` (when given) learns of every storage fault, so health and the write gate follow
+ * a damaged database (storageHealth.ts).
+ */
+export function toConnectError(err: unknown, logger: Logger, procedure: string, storage?: StorageWatch): ConnectError {
   if (err instanceof ConnectError) return bounded(err);
   if (err instanceof DomainError) {
-    // Disk full, a lost database, a held lock: the machine's condition, worth an operator's look.
-    if (err.storageCode !== undefined) logger.error("storage fault", { procedure, code: err.storageCode, error: err.message });
+    // Disk full, a lost or damaged database, a held lock: the machine's condition, worth an
+    // operator's look (the backends map their errors in storageFaults.ts).
+    if (err.storageCode !== undefined) {
+      logger.error("storage fault", { procedure, code: err.storageCode, error: err.message });
+      storage?.observe(err, procedure);
+    }
     return bounded(new ConnectError(err.message, CODES[err.kind]));
   }
   // The client went away mid-stream: nothing failed on our side.
@@ -46,23 +56,23 @@ export function toConnectError(err: unknown, logger: Logger, procedure: string):
   return new ConnectError("internal error", Code.Internal);
 }
 
-export function errorMapping(logger: Logger): Interceptor {
+export function errorMapping(logger: Logger, storage?: StorageWatch): Interceptor {
   return (next) => async (req) => {
     const procedure = req.method.parent.typeName + "/" + req.method.name;
     try {
       const res = await next(req);
       if (!res.stream) return res;
-      return { ...res, message: mapStreamErrors(res.message, logger, procedure) };
+      return { ...res, message: mapStreamErrors(res.message, logger, procedure, storage) };
     } catch (err) {
-      throw toConnectError(err, logger, procedure);
+      throw toConnectError(err, logger, procedure, storage);
     }
   };
 }
 
-async function* mapStreamErrors<T>(source: AsyncIterable<T>, logger: Logger, procedure: string): AsyncIterable<T> {
+async function* mapStreamErrors<T>(source: AsyncIterable<T>, logger: Logger, procedure: string, storage: StorageWatch | undefined): AsyncIterable<T> {
   try {
     yield* source;
   } catch (err) {
-    throw toConnectError(err, logger, procedure);
+    throw toConnectError(err, logger, procedure, storage);
   }
 }

@@ -3,7 +3,6 @@
  * SQLite core, with pruning on a timer and a graceful stop.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
-import { HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { setMaxListeners } from "node:events";
 import http2 from "node:http2";
@@ -16,6 +15,7 @@ import { SessionTools } from "../core/sessionTools.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/signalLog.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
+import { DEFAULT_MAX_WATCHERS_PER_TARGET } from "../core/watcherLimit.js";
 import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
@@ -25,6 +25,7 @@ import { checkExposure, type Exposure } from "./auth/exposure.js";
 import { authorization } from "./auth/interceptor.js";
 import type { Authenticator } from "./auth/tokens.js";
 import { createTlsServer, type TlsOptions } from "./tls.js";
+import { StorageHealth, storageGate } from "./storageHealth.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
 import { NodeHub } from "./upstream/nodeHub.js";
 
@@ -64,8 +65,14 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
-  /** Most watchers (cursors) one target may have; default 10,000. */
+  /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
   maxWatchersPerTarget?: number;
+  /**
+   * Check the stored data at start-up (SQLite: `PRAGMA quick_check`) when the database is at
+   * most this many bytes; 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING
+   * and refuses writes.
+   */
+  startupCheckMaxBytes?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
@@ -93,6 +100,8 @@ export const DEFAULTS = {
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
   healthCheckIntervalMs: 1_000,
+  startupCheckMaxBytes: 256 * 1024 * 1024,
+  maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -117,6 +126,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
   const tools = new SessionTools({ state: core, redactor });
+  const health = new HealthStatus();
+  const storageHealth = new StorageHealth(
+    storage.description.database,
+    storage.description.damagedAdvice,
+    health,
+    PRODUCT_SERVICES.map((service) => service.typeName),
+    logger,
+  );
 
   const clock = options.clock ?? Date.now;
   const upstreamIntervalMs = options.upstreamIntervalMs ?? DEFAULTS.upstreamIntervalMs;
@@ -134,30 +151,25 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     clock,
     logger,
     isLeader: () => storage.leadership("upstream").isLeader(),
+    storage: storageHealth,
   });
 
   // A start that fails from here on closes the database again (and frees its lock).
-  const recovery = await core.recoverPendingNotices().catch(closeAnd(core));
-  logger.info("pending notices recovered", { ...recovery });
-  await runPrune(core, storage, logger);
+  await startupCheck(storage, storageHealth, options.startupCheckMaxBytes ?? DEFAULTS.startupCheckMaxBytes, logger).catch(closeAnd(core));
+  // A damaged database is served (reads may still work) but never written: no recovery, no pruning.
+  if (!storageHealth.damaged) {
+    try {
+      const recovery = await core.recoverPendingNotices();
+      logger.info("pending notices recovered", { ...recovery });
+    } catch (err) {
+      if (!storageHealth.observe(err, "start-up recovery of pending notices")) await closeAnd(core)(err);
+    }
+  }
+  await runPrune(core, storage, storageHealth, logger);
 
-  const health = new HealthStatus();
-  const setServing = (up: boolean) => {
-    const status = up ? HealthCheckResponse_ServingStatus.SERVING : HealthCheckResponse_ServingStatus.NOT_SERVING;
-    health.set("", status);
-    for (const service of PRODUCT_SERVICES) health.set(service.typeName, status);
-  };
-  setServing(true);
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
-  let reachable = true;
   const healthTimer = setInterval(() => {
-    void storage.ping().then((up) => {
-      if (up === reachable) return;
-      reachable = up;
-      setServing(up);
-      if (up) logger.info("database reachable again", { db: describeDatabase(databasePath) });
-      else logger.warn("database unreachable: health NOT_SERVING until it answers", { db: describeDatabase(databasePath) });
-    });
+    void storage.ping().then((up) => storageHealth.setReachable(up));
   }, options.healthCheckIntervalMs ?? DEFAULTS.healthCheckIntervalMs).unref();
   const shutdown = new AbortController();
   // Every in-flight call links its own signal to this one: more than 10 at once is normal load,
@@ -167,8 +179,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
-    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger }),
-    interceptors: [errorMapping(logger), ...(options.tokens ? [authorization(options.tokens, logger)] : [])],
+    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }),
+    // The storage gate runs after authorization, so only an authorized caller learns of the damage.
+    interceptors: [
+      errorMapping(logger, storageHealth),
+      ...(options.tokens ? [authorization(options.tokens, logger)] : []),
+      storageGate(storageHealth),
+    ],
     readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
     shutdownSignal: shutdown.signal,
@@ -203,7 +220,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
-    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, storage, logger), pruneIntervalMs).unref() : undefined;
+    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, storage, storageHealth, logger), pruneIntervalMs).unref() : undefined;
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
@@ -247,13 +264,38 @@ function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens
   else logger.warn("authentication off on a non-loopback address (--insecure): anyone who reaches the port may do anything", { url });
 }
 
-/** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7). */
-async function runPrune(core: SessionState, storage: Storage, logger: Logger): Promise<void> {
+/** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7); never on a damaged database. */
+async function runPrune(core: SessionState, storage: Storage, storageHealth: StorageHealth, logger: Logger): Promise<void> {
+  if (storageHealth.damaged) return;
   try {
     if (!(await storage.leadership("prune").isLeader())) return;
     const report = await core.pruneSignalLog();
     if (report.removedEvents > 0 || report.removedCursors > 0) logger.info("signal log pruned", { ...report });
   } catch (err) {
-    logger.error("pruning failed", { error: String(err) });
+    if (!storageHealth.observe(err, "pruning")) logger.error("pruning failed", { error: String(err) });
+  }
+}
+
+/**
+ * The start-up check (SQLite: `PRAGMA quick_check` on a file of at most `maxBytes`, 0 =
+ * never), so damage already on disk turns health NOT_SERVING before the first call, not at
+ * the first call that happens to read the bad page. It reads the whole file, so a larger
+ * file skips it (logged) and relies on the faults calls meet.
+ */
+async function startupCheck(storage: Storage, storageHealth: StorageHealth, maxBytes: number, logger: Logger): Promise<void> {
+  const where = "the start-up check";
+  try {
+    const report = await storage.checkIntegrity(maxBytes);
+    if (!report.checked) {
+      logger.info("start-up check skipped", { reason: report.reason });
+      return;
+    }
+    if (report.problems.length > 0) {
+      const what = storage.backend === "sqlite" ? "database file" : "database";
+      storageHealth.markDamaged(`${what} "${storage.description.database}" is damaged (quick_check: ${report.problems.join("; ")})`, where);
+    }
+    logger.info("start-up check done", { bytes: report.bytes, ms: Math.round(report.ms), damaged: storageHealth.damaged });
+  } catch (err) {
+    if (!storageHealth.observe(err, where)) throw err;
   }
 }

@@ -26,7 +26,8 @@
  *  9. Otherwise → "human_turn" with `text` = the human text cut to at most
  *     `maxTextBytes` UTF-8 bytes at a character boundary (`textTruncated`
  *     says whether it was cut), `id` = `uuid` and `at` = `timestamp` when they
- *     are strings of at most 256 UTF-8 bytes.
+ *     are strings of at most 256 UTF-8 bytes that are one-line text (the
+ *     service's rule, src/core/validation.ts).
  *
  * Duplicate keys behave as in JSON.parse (the last one wins). Lone UTF-16
  * surrogates in kept strings are replaced by U+FFFD.
@@ -39,6 +40,7 @@
  * buffer).
  */
 import { cutUtf8 } from "./utf8.js";
+import { isOneLineText } from "../core/validation.js";
 
 export type ClassifiedRow =
   | { kind: "human_turn"; text: string; id?: string; at?: string; textTruncated?: boolean }
@@ -112,7 +114,9 @@ export function isAsciiSpace(c: number): boolean {
 function keptId(v: unknown): string | undefined {
   if (typeof v !== "string") return undefined;
   if (v.length * 3 > MAX_ID_BYTES && Buffer.byteLength(v, "utf8") > MAX_ID_BYTES) return undefined;
-  return wellFormed(v);
+  const kept = wellFormed(v);
+  // The service refuses a report whose id breaks the one-line rule; such an id is dropped.
+  return isOneLineText(kept) ? kept : undefined;
 }
 
 /** Facts of an already parsed row. */

@@ -7,12 +7,17 @@
  * in every field, deep nesting), huge strings in every string field, bodies over the
  * request limit, broken envelopes and an unsupported content type.
  *
+ * Then hostile characters (controls, separators, bidi controls, BOM, zero-width characters,
+ * lone surrogates) in every string field of every product RPC, walked from the descriptors,
+ * inside otherwise valid requests, and FTS5 query syntax in Search, over every protocol.
+ *
  * Every request gets an answer with a clear code (never INTERNAL/UNKNOWN, never a hang);
  * the server stays healthy, logs no internal error, and the database is byte-for-byte what
  * it was before (the fingerprint covers every row of every table). SEED replays the random
  * parts.
  */
-import { create, fromBinary, toBinary, type DescField, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { create, fromBinary, fromJson, toBinary, type DescField, type DescMessage, type DescMethod, type DescService } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
 import http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Health } from "../../gen/grpc/health/v1/health_pb.js";
@@ -23,9 +28,11 @@ import {
 } from "../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ReflectionV1alpha } from "../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { ActorType, EventKind } from "../../gen/sessionstate/v1/event_pb.js";
+import { AppendMessagesRequestSchema, TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
+import { oneLineViolation } from "../../src/core/validation.js";
 import { createLogger } from "../../src/server/logger.js";
 import { PRODUCT_SERVICES } from "../../src/server/routes.js";
-import { startTestServer, type TestServer } from "../support/harness.js";
+import { startTestServer, transportFor, type TestServer } from "../support/harness.js";
 import { fingerprintOf, rng, seedFor, type Fingerprint } from "./support/dbCheck.js";
 
 const SEED = seedFor("test/faults/badInput.test.ts");
@@ -131,9 +138,21 @@ let goneAway = false;
 let connections = 0;
 let sent = 0;
 
-function send(path: string, headers: Record<string, string>, body: Buffer, streamingResponse: boolean): Promise<Answer> {
+/**
+ * One request on `conn`'s connection. A streaming answer is read up to its first regular
+ * message (a live stream), unless `untilEnd`: then to its end (a bidi stream that the
+ * server ends once it has read the request's messages).
+ */
+function send(
+  path: string,
+  headers: Record<string, string>,
+  body: Buffer,
+  streamingResponse: boolean,
+  conn: () => http2.ClientHttp2Session = connection,
+  untilEnd = false,
+): Promise<Answer> {
   return new Promise((resolve, reject) => {
-    const stream = connection().request({ ":method": "POST", ":path": path, ...headers });
+    const stream = conn().request({ ":method": "POST", ":path": path, ...headers });
     const chunks: Buffer[] = [];
     let status = 0;
     let resHeaders: http2.IncomingHttpHeaders = {};
@@ -154,7 +173,7 @@ function send(path: string, headers: Record<string, string>, body: Buffer, strea
     stream.on("data", (chunk: Buffer) => {
       chunks.push(chunk);
       // A stream that delivers a regular message is alive; stop reading it.
-      if (streamingResponse && status === 200) {
+      if (streamingResponse && status === 200 && !untilEnd) {
         const frames = envelopes(Buffer.concat(chunks));
         if (frames.some(([flags]) => (flags & 0x82) === 0)) {
           stream.close(http2.constants.NGHTTP2_CANCEL);
@@ -417,5 +436,442 @@ describe("bad input to every RPC over every protocol", () => {
     console.log(`[badInput] seed=${SEED} requests=${[...counts.values()].reduce((a, b) => a + b, 0)} connections=${connections} answers: ${[...counts].map(([c, n]) => `${c}=${n}`).join(" ")}`);
     expect(logs.filter((l) => l.level === "error")).toEqual([]);
     expect(await fingerprintOf(t)).toEqual(before);
+  });
+});
+
+// ---- hostile characters in every string field, and FTS query syntax ----------------------------
+
+/**
+ * Characters that have no place in one-line text, by category (SPEC-level rule in
+ * src/core/validation.ts), and the zero-width ones that only keys refuse. `sample` marks the
+ * one per category that also goes over Connect binary, gRPC and gRPC-Web (the server decodes
+ * them to the same message as JSON); Connect JSON gets all.
+ * Lone surrogates only travel in JSON: protobuf binary has no way to carry one (an encoder
+ * writes U+FFFD, and invalid UTF-8 is a parse failure, covered above).
+ */
+const HOSTILE: { cp: number; category: string; sample?: true; keysOnly?: true; jsonOnly?: true }[] = [
+  { cp: 0x00, category: "NUL", sample: true },
+  { cp: 0x01, category: "C0" },
+  { cp: 0x09, category: "C0" },
+  { cp: 0x0a, category: "C0" },
+  { cp: 0x0d, category: "C0" },
+  { cp: 0x1b, category: "C0", sample: true },
+  { cp: 0x1f, category: "C0" },
+  { cp: 0x7f, category: "DEL", sample: true },
+  { cp: 0x80, category: "C1" },
+  { cp: 0x85, category: "C1", sample: true },
+  { cp: 0x9b, category: "C1" },
+  { cp: 0x9f, category: "C1" },
+  { cp: 0x2028, category: "line separator", sample: true },
+  { cp: 0x2029, category: "paragraph separator", sample: true },
+  ...[0x202a, 0x202b, 0x202c, 0x202d, 0x202e, 0x2066, 0x2067, 0x2068, 0x2069, 0x061c, 0x200e, 0x200f].map((cp) => ({
+    cp,
+    category: "bidi control",
+    ...(cp === 0x202e ? { sample: true as const } : {}),
+  })),
+  { cp: 0xfeff, category: "BOM", sample: true },
+  { cp: 0x200d, category: "ZWJ", sample: true, keysOnly: true },
+  { cp: 0x200c, category: "ZWNJ", keysOnly: true },
+  { cp: 0x200b, category: "zero-width space", keysOnly: true },
+  { cp: 0xd800, category: "lone surrogate", jsonOnly: true },
+  { cp: 0xdfff, category: "lone surrogate", jsonOnly: true },
+];
+
+/** The characters a protocol carries in this fuzz. */
+const hostileFor = (protocol: Protocol) =>
+  HOSTILE.filter((h) => (protocol === "connect-json" ? true : !h.jsonOnly && h.sample));
+
+/**
+ * How the service treats a string field, which decides what a hostile character must get:
+ * - key: the key rule (keys.ts) refuses every hostile character, zero-width ones too;
+ * - format: a fixed alphabet (agent and node ids, catalog, context key, page token) refuses all;
+ * - multiLine: message content, where any character may stand;
+ * - oneLine: everything else: the one-line rule refuses all but the zero-width characters.
+ * A new field is oneLine unless listed here, so an unchecked one makes this test fail.
+ */
+type FieldKind = "key" | "format" | "multiLine" | "oneLine";
+const MULTI_LINE_FIELDS = new Set([
+  "sessionstate.v1.TextBlock.text",
+  "sessionstate.v1.ToolCallBlock.arguments_json",
+  "sessionstate.v1.ToolResultBlock.text",
+  "sessionstate.v1.ThinkingBlock.text",
+  "sessionstate.v1.HumanTurn.text",
+]);
+const FORMAT_FIELDS = new Set(["agent_id", "target_agent_id", "source_agent_id", "node_id", "catalog", "context_key", "page_token"]);
+
+function kindOf(message: DescMessage, field: DescField): FieldKind {
+  if (MULTI_LINE_FIELDS.has(`${message.typeName}.${field.name}`)) return "multiLine";
+  if (/(^|_)session_keys?$/.test(field.name) || field.name === "actor_id") return "key";
+  if (FORMAT_FIELDS.has(field.name)) return "format";
+  return "oneLine";
+}
+
+/** The path to one string field of a request: the fields from the request message down. */
+interface FieldPath {
+  steps: DescField[];
+  /** The message that declares the last field. */
+  owner: DescMessage;
+  kind: FieldKind;
+  name: string;
+}
+
+/** Every string field reachable from `m`, nested messages and lists included (cycles cut). */
+function everyStringField(m: DescMessage, seen: string[] = [m.typeName], steps: DescField[] = []): FieldPath[] {
+  return m.fields.flatMap((f): FieldPath[] => {
+    const here = [...steps, f];
+    const isString = (f.fieldKind === "scalar" || (f.fieldKind === "list" && f.listKind === "scalar")) && f.scalar === 9; /* STRING */
+    if (isString) return [{ steps: here, owner: m, kind: kindOf(m, f), name: here.map((s) => s.name).join(".") }];
+    const child = f.fieldKind === "message" || (f.fieldKind === "list" && f.listKind === "message") ? f.message : undefined;
+    if (!child || seen.includes(child.typeName) || child.typeName.startsWith("google.protobuf.")) return [];
+    return everyStringField(child, [...seen, child.typeName], here);
+  });
+}
+
+type Json = Record<string, unknown>;
+
+/**
+ * A copy of `base` with `value` at the field's place: lists are entered at their first
+ * element (created when absent), and a field of a oneof replaces the oneof's other member.
+ */
+function withValueAt(base: Json, steps: DescField[], value: string): Json {
+  const root = JSON.parse(JSON.stringify(base)) as Json;
+  let obj = root;
+  steps.forEach((f, i) => {
+    if (f.oneof) for (const other of f.oneof.fields) if (other !== f) delete obj[other.jsonName];
+    const last = i === steps.length - 1;
+    if (last) {
+      obj[f.jsonName] = f.fieldKind === "list" ? [value, ...((obj[f.jsonName] as string[] | undefined) ?? []).slice(1)] : value;
+      return;
+    }
+    if (f.fieldKind === "list") {
+      const list = ((obj[f.jsonName] as Json[] | undefined) ?? []).slice();
+      list[0] = (list[0] as Json | undefined) ?? {};
+      obj[f.jsonName] = list;
+      obj = list[0];
+    } else {
+      obj[f.jsonName] = (obj[f.jsonName] as Json | undefined) ?? {};
+      obj = obj[f.jsonName] as Json;
+    }
+  });
+  return root;
+}
+
+function valueAt(base: Json, steps: DescField[]): unknown {
+  let v: unknown = base;
+  for (const f of steps) {
+    v = (v as Json | undefined)?.[f.jsonName];
+    if (Array.isArray(v)) v = v[0];
+  }
+  return v;
+}
+
+/** The field's base value with `ch` in its middle (so a key keeps its shape around it). */
+function hostileValue(path: FieldPath, base: unknown, ch: string): string {
+  const around = typeof base === "string" && base !== "" ? base : path.kind === "key" ? "agent:fuzz:xy" : "xy";
+  const chars = [...around];
+  const at = Math.ceil(chars.length / 2);
+  return chars.slice(0, at).join("") + ch + chars.slice(at).join("");
+}
+
+const FUZZ_MAIN = { sessionKey: "agent:fuzz:main", agentId: "fuzz" };
+const FUZZ_CHILD = { sessionKey: "agent:fuzz:subagent:c", agentId: "fuzz" };
+const FUZZ_REQUESTER = { ...FUZZ_MAIN, visibility: "VISIBILITY_MODE_TREE" };
+const ROUTE = { channel: "telegram", to: "u1", accountId: "a1", threadId: "th1" };
+
+/**
+ * One valid request per product RPC (in JSON form), so a hostile value in any field reaches
+ * that field's own check instead of failing on something else first. A bidi stream has a
+ * list of messages. An RPC without an entry is fuzzed from an empty request.
+ */
+const VALID_REQUESTS: Record<string, Json | Json[]> = {
+  "sessionstate.v1.StateService/AppendEvents": {
+    events: [
+      {
+        session: FUZZ_CHILD,
+        kind: "EVENT_KIND_GOAL_CHANGED",
+        actorType: "ACTOR_TYPE_AGENT",
+        actorId: "agent:fuzz:main",
+        runId: "run-1",
+        summary: "goal updated",
+        payload: { channel: "telegram" },
+        dedupeKey: "fuzz-1",
+        watcherSessionKeys: ["agent:fuzz:main"],
+      },
+    ],
+  },
+  "sessionstate.v1.StateService/GetStatus": { requester: FUZZ_REQUESTER, session: FUZZ_CHILD, changesSince: "0" },
+  "sessionstate.v1.SessionService/UpsertSession": {
+    session: { sessionKey: "agent:fuzz:x", agentId: "fuzz" },
+    sessionId: "sid-x",
+    kind: "SESSION_KIND_OTHER",
+    channel: "telegram",
+    label: "x",
+    parentSessionKey: "agent:fuzz:main",
+    model: "gpt",
+    origin: ROUTE,
+    deliveryContext: ROUTE,
+  },
+  "sessionstate.v1.SessionService/GetSession": { requester: FUZZ_REQUESTER, session: FUZZ_MAIN },
+  "sessionstate.v1.SessionService/ListSessions": { requester: FUZZ_REQUESTER, label: "main", agentId: "fuzz", search: "main", limit: 10 },
+  "sessionstate.v1.SessionService/SpawnSession": {
+    parent: FUZZ_MAIN,
+    childSessionKey: "agent:fuzz:subagent:c",
+    kind: "SESSION_KIND_OTHER",
+    label: "c",
+    model: "gpt",
+    runId: "run-1",
+    channel: "telegram",
+    dedupeKey: "spawn-1",
+  },
+  "sessionstate.v1.SessionService/ResetSession": { session: { sessionKey: "agent:fuzz:scratch", agentId: "fuzz" } },
+  "sessionstate.v1.SessionService/DeleteSession": { session: { sessionKey: "agent:fuzz:nothing", agentId: "fuzz" } },
+  "sessionstate.v1.SessionService/PatchSession": { requester: FUZZ_REQUESTER, session: FUZZ_MAIN, label: "main", sidebarIcon: "🙂", model: "gpt" },
+  "sessionstate.v1.SessionService/ListGroups": { requester: FUZZ_REQUESTER },
+  "sessionstate.v1.SessionService/SetGroups": { requester: FUZZ_REQUESTER, groups: [{ name: "inbox" }] },
+  "sessionstate.v1.SessionService/RenameGroup": { requester: FUZZ_REQUESTER, name: "inbox", newName: "inbox" },
+  "sessionstate.v1.SessionService/DeleteGroup": { requester: FUZZ_REQUESTER, name: "nothing" },
+  "sessionstate.v1.SessionService/ReportRunResult": { session: FUZZ_MAIN, runId: "run-1", model: "gpt", outcome: "RUN_RESULT_OUTCOME_SUCCEEDED" },
+  "sessionstate.v1.TranscriptService/AppendMessages": {
+    session: FUZZ_MAIN,
+    messages: [
+      {
+        messageId: "m-1",
+        role: "MESSAGE_ROLE_USER",
+        content: [
+          { text: { text: "hello world" } },
+          { image: { mimeType: "image/png", byteSize: "3" } },
+          { toolCall: { toolCallId: "tc-1", name: "find", argumentsJson: "{}" } },
+          { toolResult: { toolCallId: "tc-1", name: "find", text: "found" } },
+          { thinking: { text: "hm" } },
+        ],
+        provenance: { kind: "PROVENANCE_KIND_INTER_SESSION", sourceSessionKey: "agent:fuzz:subagent:c", sourceAgentId: "fuzz" },
+      },
+    ],
+  },
+  "sessionstate.v1.TranscriptService/GetHistory": { requester: FUZZ_REQUESTER, session: FUZZ_MAIN, limit: 5 },
+  "sessionstate.v1.TranscriptService/Search": { requester: FUZZ_REQUESTER, session: FUZZ_MAIN, query: "hello world", limit: 5 },
+  "sessionstate.v1.WatchService/Watch": { watcherSessionKey: "agent:fuzz:main", targetSessionKey: "agent:fuzz:subagent:c", targetAgentId: "fuzz" },
+  "sessionstate.v1.WatchService/Unwatch": { watcherSessionKey: "agent:fuzz:main", targetSessionKey: "agent:fuzz:nothing", targetAgentId: "fuzz" },
+  "sessionstate.v1.WatchService/ListWatchCursors": { targetSessionKey: "agent:fuzz:subagent:c", targetAgentId: "fuzz", pageSize: 10 },
+  "sessionstate.v1.WatchService/StreamNotices": { watcherSessionKeys: ["agent:fuzz:main"] },
+  "sessionstate.v1.WatchService/AckNotices": {
+    watcherSessionKey: "agent:fuzz:main",
+    acks: [{ targetSessionKey: "agent:fuzz:subagent:c", targetAgentId: "fuzz", notifiedSequence: "0" }],
+  },
+  "sessionstate.v1.UpstreamService/LinkUpstream": {
+    session: FUZZ_MAIN,
+    catalog: "claude-code",
+    nodeId: "node-a",
+    threadId: "t-1",
+    kind: "UPSTREAM_KIND_JSONL_TRANSCRIPT",
+    ref: "p/t-1.jsonl",
+    actorId: "agent:fuzz:main",
+  },
+  "sessionstate.v1.UpstreamService/UnlinkUpstream": { session: FUZZ_MAIN, linkId: "lnk_nothing" },
+  "sessionstate.v1.UpstreamService/ListUpstreamLinks": { agentId: "fuzz", session: FUZZ_MAIN, nodeId: "node-a", limit: 10 },
+  "sessionstate.v1.UpstreamService/ConnectNode": [
+    { nodeId: "node-a", hello: { software: "fuzz" } },
+    {
+      nodeId: "node-a",
+      report: {
+        linkId: "lnk_0123",
+        markerVersion: "1",
+        status: "CHECK_STATUS_FOUND",
+        humanTurns: [{ text: "hi", id: "u-1", at: "2024-01-01T00:00:00Z" }],
+        marker: "AA==",
+        error: "none",
+      },
+    },
+  ],
+};
+
+/**
+ * Where in a bidi request's messages a hostile value goes: into the last message that holds
+ * the path's first field when that field is a oneof member (so a report field lands in the
+ * report), else into the first message (which the server reads first).
+ */
+function messagesWith(base: Json[], path: FieldPath, value: (baseValue: unknown) => string): Json[] {
+  const first = path.steps[0];
+  let at = 0;
+  if (first.oneof) base.forEach((m, i) => first.jsonName in m && (at = i));
+  return base.map((m, i) => (i === at ? withValueAt(m, path.steps, value(valueAt(m, path.steps))) : m));
+}
+
+/** Phrases built of FTS5 query syntax; each is one exact phrase to the service, never syntax. */
+const FTS_QUERIES = [
+  '"', '""', '"hello', 'hello"', 'he"llo', "'", "*", "hello*", "*hello", "NEAR(", "NEAR(hello world)", "NEAR(hello world, 2)",
+  ":", "search_text:hello", "transcript_token:t1", "{search_text transcript_token}: hello", "^hello", "-hello", "hello - world",
+  "+hello", "AND", "hello AND world", "hello OR world", "NOT hello", "hello NOT world", "(hello", "hello)", "()", "(hello) OR (world)",
+  "\\", "hello\\", "[hello]", "hello; DROP TABLE sessions", "%", "_", "a".repeat(256), "a".repeat(257), "ä".repeat(256),
+  "\u{1D518}".repeat(256), "\u{1D518}".repeat(257), "NEAR(foo) AND bar*", "x\u0000y", "hello\u0000", " \u0000 ",
+];
+
+/** A pool of HTTP/2 connections for concurrent requests, each renewed after many streams or a GOAWAY. */
+function connectionPool(url: string) {
+  let current: http2.ClientHttp2Session | undefined;
+  let streams = 0;
+  const all = new Set<http2.ClientHttp2Session>();
+  let opened = 0;
+  return {
+    get(): http2.ClientHttp2Session {
+      if (!current || current.closed || current.destroyed || ++streams % 500 === 0) {
+        // close(), not destroy(): streams in flight on the old connection finish.
+        current?.close();
+        current = http2.connect(url);
+        const c = current;
+        all.add(c);
+        opened++;
+        c.on("error", () => {});
+        c.on("goaway", () => c === current && (current = undefined));
+        c.once("close", () => all.delete(c));
+      }
+      return current;
+    },
+    get opened() {
+      return opened;
+    },
+    close() {
+      for (const c of all) c.destroy();
+    },
+  };
+}
+
+/** Runs `work` over `items` with at most `limit` in flight. */
+async function inParallel<T>(items: T[], limit: number, work: (item: T) => Promise<void>): Promise<void> {
+  let next = 0;
+  await Promise.all(
+    Array.from({ length: limit }, async () => {
+      while (next < items.length) await work(items[next++]);
+    }),
+  );
+}
+
+describe("hostile characters in every string field of every RPC, and FTS query syntax", () => {
+  let f: TestServer;
+  const fuzzLogs: Record<string, unknown>[] = [];
+  let pool: ReturnType<typeof connectionPool>;
+  const tally = new Map<string, number>();
+  let fieldCount = 0;
+  let requestCount = 0;
+
+  beforeAll(async () => {
+    f = await startTestServer({
+      heartbeatMs: 60_000,
+      shutdownGraceMs: 200,
+      logger: createLogger({ write: (line) => fuzzLogs.push(JSON.parse(line)) }),
+    });
+    pool = connectionPool(f.url);
+    // The sessions, transcript, group and watch the valid requests name.
+    await f.sessions.upsertSession({ session: FUZZ_MAIN, label: "main" });
+    await f.sessions.upsertSession({ session: { sessionKey: "agent:fuzz:scratch" } });
+    await f.sessions.spawnSession({ parent: FUZZ_MAIN, childSessionKey: FUZZ_CHILD.sessionKey });
+    await f.sessions.setGroups({ groups: [{ name: "inbox" }] });
+    const messages = [{ text: "hello world" }, { text: "call NEAR(foo) AND bar* now" }].map((t, i) =>
+      fromJson(AppendMessagesRequestSchema.fields.find((x) => x.name === "messages")!.message!, {
+        messageId: `seed-${i}`,
+        role: "MESSAGE_ROLE_USER",
+        content: [{ text: t }],
+      }),
+    );
+    await createClient(TranscriptService, transportFor(f.url)).appendMessages({ session: FUZZ_MAIN, messages: messages as never });
+  });
+
+  afterAll(async () => {
+    pool?.close();
+    await f?.stop();
+  });
+
+  /** Sends one JSON request (a list for a bidi stream) over `protocol`; the answer's code. */
+  async function call(method: DescMethod, protocol: Protocol, json: Json | Json[]): Promise<{ code: string; message: string }> {
+    const streaming = method.methodKind !== "unary";
+    const messages = Array.isArray(json) ? json : [json];
+    const bodies = messages.map((m) =>
+      protocol === "connect-json" ? Buffer.from(JSON.stringify(m)) : Buffer.from(toBinary(method.input, fromJson(method.input, m as never))),
+    );
+    const body = enveloped(protocol, streaming) ? Buffer.concat(bodies.map((b) => envelope(0, b))) : bodies[0];
+    const path = `/${method.parent.typeName}/${method.name}`;
+    const bidi = method.methodKind === "bidi_streaming";
+    for (let attempt = 0; ; attempt++) {
+      try {
+        const answer = await send(path, headersFor(protocol, streaming), body, streaming, () => pool.get(), bidi);
+        requestCount++;
+        return statusOf(protocol, streaming, answer);
+      } catch (err) {
+        const refused = (err as NodeJS.ErrnoException).code === "ERR_HTTP2_GOAWAY_SESSION" || /REFUSED_STREAM|ENHANCE_YOUR_CALM/.test(String(err));
+        if (!refused || attempt >= 3) throw err;
+      }
+    }
+  }
+
+  const methods = PRODUCT_SERVICES.flatMap((s) => s.methods.map((m) => ({ procedure: `${s.typeName}/${m.name}`, method: m })));
+
+  it.each(methods.map((x) => [x.procedure, x] as const))("%s", async (procedure, { method }) => {
+    const base = VALID_REQUESTS[procedure] ?? {};
+    // The valid request itself must get past validation, or the fuzz would test nothing.
+    const baseline = await call(method, "connect-json", base);
+    expect(["ok", "not_found", "permission_denied", "failed_precondition"], `${procedure} valid request: ${baseline.message}`).toContain(baseline.code);
+
+    const paths = everyStringField(method.input);
+    fieldCount += paths.length;
+    const failures: string[] = [];
+    const cases: { protocol: Protocol; path: FieldPath; hostile: (typeof HOSTILE)[number] }[] = [];
+    for (const protocol of PROTOCOLS) for (const path of paths) for (const hostile of hostileFor(protocol)) cases.push({ protocol, path, hostile });
+    // A Node's newer ConnectNode stream replaces its older one (ABORTED), so those go one at a time.
+    await inParallel(cases, method.methodKind === "bidi_streaming" ? 1 : 8, async ({ protocol, path, hostile }) => {
+      const ch = String.fromCharCode(hostile.cp);
+      const json = Array.isArray(base)
+        ? messagesWith(base, path, (v) => hostileValue(path, v, ch))
+        : withValueAt(base, path.steps, hostileValue(path, valueAt(base, path.steps), ch));
+      const { code, message } = await call(method, protocol, json);
+      tally.set(code, (tally.get(code) ?? 0) + 1);
+      const refused = path.kind === "key" || path.kind === "format" || (path.kind === "oneLine" && !hostile.keysOnly);
+      const ok = refused ? code === "invalid_argument" : code === "ok" || code === "permission_denied" || CLEAR.has(code);
+      const where = `${protocol} ${path.name} (${path.kind}) U+${hostile.cp.toString(16).toUpperCase().padStart(4, "0")} ${hostile.category}`;
+      if (!ok) failures.push(`${where}: ${code} ${message.slice(0, 160)}`);
+      // Whatever the code, an error names the field, never echoes the raw character.
+      else if (refused && !message.includes(path.steps[path.steps.length - 1].name)) failures.push(`${where}: message does not name the field: ${message.slice(0, 160)}`);
+    });
+    expect(failures).toEqual([]);
+  });
+
+  it.each(PROTOCOLS)("treats FTS5 query syntax as plain words over %s", async (protocol) => {
+    const method = TranscriptService.method.search;
+    const failures: string[] = [];
+    for (const scoped of [true, false]) {
+      for (const query of FTS_QUERIES) {
+        const base = scoped ? VALID_REQUESTS["sessionstate.v1.TranscriptService/Search"] : { query: "", limit: 5 };
+        const { code, message } = await call(method, protocol, { ...(base as Json), query });
+        tally.set(code, (tally.get(code) ?? 0) + 1);
+        if (code !== "ok" && code !== "invalid_argument") failures.push(`${scoped ? "scoped" : "operator"} ${JSON.stringify(query).slice(0, 40)}: ${code} ${message.slice(0, 160)}`);
+      }
+    }
+    expect(failures).toEqual([]);
+    // Syntax is text: the phrase with NEAR, AND and * finds the message that holds it.
+    const hits = await createClient(TranscriptService, transportFor(f.url)).search({ query: "NEAR(foo) AND bar*" });
+    expect(hits.hits.map((h) => h.messageId)).toEqual(["seed-1"]);
+  });
+
+  it("stays healthy, logs no internal error, and stores no hostile character in one-line text", async () => {
+    const health = await send("/grpc.health.v1.Health/Check", headersFor("grpc", false), envelope(0, Buffer.alloc(0)), false, () => pool.get());
+    expect(statusOf("grpc", false, health).code).toBe("ok");
+    expect(fuzzLogs.filter((l) => l.level === "error")).toEqual([]);
+    // Every TEXT value in the database except message content (JSON) and its search text.
+    const tables =
+      f.backend === "sqlite"
+        ? await f.raw.all<{ name: string }>("SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'transcript_search%' AND name NOT LIKE 'sqlite_%'")
+        : await f.raw.all<{ name: string }>("SELECT table_name AS name FROM information_schema.tables WHERE table_schema = current_schema() AND table_type = 'BASE TABLE'");
+    const stored: string[] = [];
+    for (const { name } of tables) {
+      for (const row of await f.raw.all<Record<string, unknown>>(`SELECT * FROM "${name}"`)) {
+        for (const [column, value] of Object.entries(row)) {
+          if (typeof value !== "string" || (name === "transcript_messages" && (column === "content" || column === "search_text"))) continue;
+          if (oneLineViolation(value) !== undefined) stored.push(`${name}.${column}: ${JSON.stringify(value)}`);
+        }
+      }
+    }
+    expect(stored).toEqual([]);
+    console.log(
+      `[badInput hostile] requests=${requestCount} fields=${fieldCount} (string fields of ${methods.length} RPCs, nested included) connections=${pool.opened} answers: ${[...tally].map(([c, n]) => `${c}=${n}`).join(" ")}`,
+    );
   });
 });

@@ -28,7 +28,9 @@ export type EventPayload = Message<"sessionstate.v1.EventPayload"> & {
   outcome: RunOutcome;
 
   /**
-   * Channel the change came through ("telegram", "cli", …). At most 64 bytes; empty = not known.
+   * Channel the change came through ("telegram", "cli", …). One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64
+   * bytes; empty = not known.
    *
    * @generated from field: string channel = 2;
    */

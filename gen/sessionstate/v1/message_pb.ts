@@ -24,14 +24,19 @@ export type Provenance = Message<"sessionstate.v1.Provenance"> & {
   kind: ProvenanceKind;
 
   /**
-   * The sending session. Required for INTER_SESSION, empty otherwise. At most 512 bytes.
+   * The sending session. Required for INTER_SESSION, empty otherwise. A key (see "Text rules"
+   * in session.proto): one-line text without invisible format characters, whitespace at the
+   * ends or '"', at most 512 bytes. Only mentioned: not looked up, and not checked against a
+   * gateway token's agents (a message from another agent's session is mirrored by the receiving
+   * session's Gateway).
    *
    * @generated from field: string source_session_key = 2;
    */
   sourceSessionKey: string;
 
   /**
-   * The sending session's agent. Empty = taken from an agent-qualified source key.
+   * The sending session's agent: 1–64 characters of [A-Za-z0-9_.-]. Empty = taken from an
+   * agent-qualified source key.
    *
    * @generated from field: string source_agent_id = 3;
    */
@@ -52,6 +57,8 @@ export const ProvenanceSchema: GenMessage<Provenance> = /*@__PURE__*/
  */
 export type TextBlock = Message<"sessionstate.v1.TextBlock"> & {
   /**
+   * Content: any text, line breaks included.
+   *
    * @generated from field: string text = 1;
    */
   text: string;
@@ -71,7 +78,8 @@ export const TextBlockSchema: GenMessage<TextBlock> = /*@__PURE__*/
  */
 export type ImageBlock = Message<"sessionstate.v1.ImageBlock"> & {
   /**
-   * MIME type ("image/png"). At most 128 bytes. Empty = not known.
+   * MIME type ("image/png"). One-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes. Empty = not known.
    *
    * @generated from field: string mime_type = 1;
    */
@@ -107,21 +115,24 @@ export const ImageBlockSchema: GenMessage<ImageBlock> = /*@__PURE__*/
  */
 export type ToolCallBlock = Message<"sessionstate.v1.ToolCallBlock"> & {
   /**
-   * The call id that the matching ToolResultBlock names. At most 256 bytes.
+   * The call id that the matching ToolResultBlock names. One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256
+   * bytes.
    *
    * @generated from field: string tool_call_id = 1;
    */
   toolCallId: string;
 
   /**
-   * Tool name. At most 256 bytes.
+   * Tool name. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
    *
    * @generated from field: string name = 2;
    */
   name: string;
 
   /**
-   * The arguments as JSON text (not parsed by the service).
+   * The arguments as JSON text (not parsed by the service). Content: any text.
    *
    * @generated from field: string arguments_json = 3;
    */
@@ -142,21 +153,23 @@ export const ToolCallBlockSchema: GenMessage<ToolCallBlock> = /*@__PURE__*/
  */
 export type ToolResultBlock = Message<"sessionstate.v1.ToolResultBlock"> & {
   /**
-   * The call this answers. At most 256 bytes.
+   * The call this answers. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
    *
    * @generated from field: string tool_call_id = 1;
    */
   toolCallId: string;
 
   /**
-   * Tool name. At most 256 bytes.
+   * Tool name. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
    *
    * @generated from field: string name = 2;
    */
   name: string;
 
   /**
-   * The result as text.
+   * The result as text. Content: any text.
    *
    * @generated from field: string text = 3;
    */
@@ -184,6 +197,8 @@ export const ToolResultBlockSchema: GenMessage<ToolResultBlock> = /*@__PURE__*/
  */
 export type ThinkingBlock = Message<"sessionstate.v1.ThinkingBlock"> & {
   /**
+   * Content: any text.
+   *
    * @generated from field: string text = 1;
    */
   text: string;
@@ -252,8 +267,9 @@ export const ContentBlockSchema: GenMessage<ContentBlock> = /*@__PURE__*/
  */
 export type TranscriptMessage = Message<"sessionstate.v1.TranscriptMessage"> & {
   /**
-   * The Gateway's message id: 1–256 bytes, no control characters. Unique within a
-   * transcript; appending an id again changes nothing (the first write wins).
+   * The Gateway's message id: one-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), 1–256 bytes. Unique within a transcript;
+   * appending an id again changes nothing (the first write wins).
    *
    * @generated from field: string message_id = 1;
    */

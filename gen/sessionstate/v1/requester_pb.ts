@@ -31,14 +31,16 @@ export const file_sessionstate_v1_requester: GenFile = /*@__PURE__*/
  */
 export type Requester = Message<"sessionstate.v1.Requester"> & {
   /**
-   * The requester's session key. Required when the Requester is given; at most 512 bytes.
+   * The requester's session key. Required when the Requester is given. A key (see "Text
+   * rules" in session.proto), at most 512 bytes.
    *
    * @generated from field: string session_key = 1;
    */
   sessionKey: string;
 
   /**
-   * The requester's agent. Empty = taken from an agent-qualified key (required for "global").
+   * The requester's agent: 1–64 characters of [A-Za-z0-9_.-]. Empty = taken from an
+   * agent-qualified key (required for "global").
    *
    * @generated from field: string agent_id = 2;
    */

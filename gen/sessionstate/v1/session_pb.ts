@@ -21,8 +21,26 @@ export const file_sessionstate_v1_session: GenFile = /*@__PURE__*/
   fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvc2Vzc2lvbi5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxIlMKDURlbGl2ZXJ5Um91dGUSDwoHY2hhbm5lbBgBIAEoCRIKCgJ0bxgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCSIzCgpTZXNzaW9uUmVmEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJIqAFCgdTZXNzaW9uEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSKgoEa2luZBgEIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBIPCgdjaGFubmVsGAUgASgJEg0KBWxhYmVsGAYgASgJEhoKEnBhcmVudF9zZXNzaW9uX2tleRgHIAEoCRIaChJjaGlsZF9zZXNzaW9uX2tleXMYCCADKAkSDQoFbW9kZWwYCSABKAkSFgoOY29udGV4dF90b2tlbnMYCiABKAMSFAoMdG90YWxfdG9rZW5zGAsgASgDEi4KCnJ1bl9zdGF0dXMYDCABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEhgKEGxhc3RfcnVuX2Fib3J0ZWQYDSABKAgSEAoIYXJjaGl2ZWQYDiABKAgSDgoGcGlubmVkGA8gASgIEhUKDXN0YXRlX3ZlcnNpb24YECABKAMSLgoKY3JlYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoGb3JpZ2luGBMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgUIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEhQKDHNpZGViYXJfaWNvbhgVIAEoCRI2Cg50aGlua2luZ19sZXZlbBgWIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsIvwEChBTZXNzaW9uTGlzdEVudHJ5EhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDwoHY2hhbm5lbBgEIAEoCRINCgVsYWJlbBgFIAEoCRIaChJwYXJlbnRfc2Vzc2lvbl9rZXkYBiABKAkSGgoSY2hpbGRfc2Vzc2lvbl9rZXlzGAcgAygJEg0KBW1vZGVsGAggASgJEhYKDmNvbnRleHRfdG9rZW5zGAkgASgDEhQKDHRvdGFsX3Rva2VucxgKIAEoAxIuCgpydW5fc3RhdHVzGAsgASgOMhouc2Vzc2lvbnN0YXRlLnYxLlJ1blN0YXR1cxIYChBsYXN0X3J1bl9hYm9ydGVkGAwgASgIEhAKCGFyY2hpdmVkGA0gASgIEg4KBnBpbm5lZBgOIAEoCBIVCg1zdGF0ZV92ZXJzaW9uGA8gASgDEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHNpZGViYXJfaWNvbhgRIAEoCRI2Cg50aGlua2luZ19sZXZlbBgSIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsEhUKDWRlcml2ZWRfdGl0bGUYEyABKAkSNQoMbGFzdF9tZXNzYWdlGBQgASgLMh8uc2Vzc2lvbnN0YXRlLnYxLkhpc3RvcnlNZXNzYWdlEjEKCG1lc3NhZ2VzGBUgAygLMh8uc2Vzc2lvbnN0YXRlLnYxLkhpc3RvcnlNZXNzYWdlIpwFChRVcHNlcnRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSFwoKc2Vzc2lvbl9pZBgCIAEoCUgAiAEBEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSFAoHY2hhbm5lbBgEIAEoCUgBiAEBEhIKBWxhYmVsGAUgASgJSAKIAQESHwoScGFyZW50X3Nlc3Npb25fa2V5GAYgASgJSAOIAQESEgoFbW9kZWwYByABKAlIBIgBARIbCg5jb250ZXh0X3Rva2VucxgIIAEoA0gFiAEBEhkKDHRvdGFsX3Rva2VucxgJIAEoA0gGiAEBEi4KCnJ1bl9zdGF0dXMYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEh0KEGxhc3RfcnVuX2Fib3J0ZWQYCyABKAhIB4gBARIVCghhcmNoaXZlZBgMIAEoCEgIiAEBEhMKBnBpbm5lZBgNIAEoCEgJiAEBEi4KBm9yaWdpbhgOIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEjgKEGRlbGl2ZXJ5X2NvbnRleHQYDyABKAsyHi5zZXNzaW9uc3RhdGUudjEuRGVsaXZlcnlSb3V0ZUINCgtfc2Vzc2lvbl9pZEIKCghfY2hhbm5lbEIICgZfbGFiZWxCFQoTX3BhcmVudF9zZXNzaW9uX2tleUIICgZfbW9kZWxCEQoPX2NvbnRleHRfdG9rZW5zQg8KDV90b3RhbF90b2tlbnNCEwoRX2xhc3RfcnVuX2Fib3J0ZWRCCwoJX2FyY2hpdmVkQgkKB19waW5uZWQiUwoVVXBzZXJ0U2Vzc2lvblJlc3BvbnNlEikKB3Nlc3Npb24YASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIoQBChFHZXRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSLQoJcmVxdWVzdGVyGAIgASgLMhouc2Vzc2lvbnN0YXRlLnYxLlJlcXVlc3RlchISCgpzZXNzaW9uX2lkGAMgASgJIj8KEkdldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24isAIKE0xpc3RTZXNzaW9uc1JlcXVlc3QSKwoFa2luZHMYASADKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDQoFbGFiZWwYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSDgoGc2VhcmNoGAQgASgJEhYKDmFjdGl2ZV9taW51dGVzGAUgASgNEhAKCGFyY2hpdmVkGAYgASgIEg0KBWxpbWl0GAcgASgNEi0KCXJlcXVlc3RlchgIIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISHgoWaW5jbHVkZV9kZXJpdmVkX3RpdGxlcxgJIAEoCBIcChRpbmNsdWRlX2xhc3RfbWVzc2FnZRgKIAEoCBIVCg1tZXNzYWdlX2xpbWl0GAsgASgNIrkBChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIzCghzZXNzaW9ucxgBIAMoCzIhLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uTGlzdEVudHJ5EhEKCXRydW5jYXRlZBgCIAEoCBI9ChRlZmZlY3RpdmVfdmlzaWJpbGl0eRgDIAEoDjIfLnNlc3Npb25zdGF0ZS52MS5WaXNpYmlsaXR5TW9kZRIaChJ2aXNpYmlsaXR5X3dhcm5pbmcYBCABKAki3AEKE1NwYXduU2Vzc2lvblJlcXVlc3QSKwoGcGFyZW50GAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSGQoRY2hpbGRfc2Vzc2lvbl9rZXkYAiABKAkSKgoEa2luZBgDIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBINCgVsYWJlbBgEIAEoCRINCgVtb2RlbBgFIAEoCRIOCgZydW5faWQYBiABKAkSDwoHY2hhbm5lbBgHIAEoCRISCgpkZWR1cGVfa2V5GAggASgJIpEBChRTcGF3blNlc3Npb25SZXNwb25zZRInCgVjaGlsZBgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEjcKC3NwYXduX2V2ZW50GAIgASgLMiIuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25TdGF0ZUV2ZW50EhcKD3BhcmVudF93YXRjaGluZxgDIAEoCCJDChNSZXNldFNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJaChRSZXNldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIkQKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJIChVEZWxldGVTZXNzaW9uUmVzcG9uc2USFgoOcmVtb3ZlZF9ldmVudHMYASABKA0SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIrIDChNQYXRjaFNlc3Npb25SZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISLAoHc2Vzc2lvbhgCIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmEhIKCnNlc3Npb25faWQYAyABKAkSEgoFbGFiZWwYBCABKAlIAIgBARIZCgxzaWRlYmFyX2ljb24YBSABKAlIAYgBARITCgZwaW5uZWQYBiABKAhIAogBARIVCghhcmNoaXZlZBgHIAEoCEgDiAEBEhIKBW1vZGVsGAggASgJSASIAQESOwoOdGhpbmtpbmdfbGV2ZWwYCSABKA4yHi5zZXNzaW9uc3RhdGUudjEuVGhpbmtpbmdMZXZlbEgFiAEBEi4KCmFjdG9yX3R5cGUYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuQWN0b3JUeXBlQggKBl9sYWJlbEIPCg1fc2lkZWJhcl9pY29uQgkKB19waW5uZWRCCwoJX2FyY2hpdmVkQggKBl9tb2RlbEIRCg9fdGhpbmtpbmdfbGV2ZWwicQoUUGF0Y2hTZXNzaW9uUmVzcG9uc2USKQoHc2Vzc2lvbhgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEhgKEG1vZGVsX3JldmVydGlibGUYAiABKAgSFAoMcmV2ZXJ0X21vZGVsGAMgASgJIhwKDFNlc3Npb25Hcm91cBIMCgRuYW1lGAEgASgJIkIKEUxpc3RHcm91cHNSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXIiVAoSTGlzdEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKkAQoQU2V0R3JvdXBzUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEi0KBmdyb3VwcxgCIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlMKEVNldEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKXAQoSUmVuYW1lR3JvdXBSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISDAoEbmFtZRgCIAEoCRIQCghuZXdfbmFtZRgDIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAQgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iVQoTUmVuYW1lR3JvdXBSZXNwb25zZRItCgZncm91cHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbkdyb3VwEg8KB3ZlcnNpb24YAiABKAMihQEKEkRlbGV0ZUdyb3VwUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEgwKBG5hbWUYAiABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlUKE0RlbGV0ZUdyb3VwUmVzcG9uc2USLQoGZ3JvdXBzGAEgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25Hcm91cBIPCgd2ZXJzaW9uGAIgASgDIskBChZSZXBvcnRSdW5SZXN1bHRSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIOCgZydW5faWQYAiABKAkSDQoFbW9kZWwYAyABKAkSMgoHb3V0Y29tZRgEIAEoDjIhLnNlc3Npb25zdGF0ZS52MS5SdW5SZXN1bHRPdXRjb21lEi4KB2ZhaWx1cmUYBSABKA4yHS5zZXNzaW9uc3RhdGUudjEuTW9kZWxGYWlsdXJlIrYBChdSZXBvcnRSdW5SZXN1bHRSZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SEAoIcmV2ZXJ0ZWQYAiABKAgSFwoPbm90ZV9tZXNzYWdlX2lkGAMgASgJEhsKE3NlbGVjdGlvbl9jb25maXJtZWQYBCABKAgSGAoQbW9kZWxfcmV2ZXJ0aWJsZRgFIAEoCBIOCgZyZWFzb24YBiABKAkqyQEKDVRoaW5raW5nTGV2ZWwSHgoaVEhJTktJTkdfTEVWRUxfVU5TUEVDSUZJRUQQABIWChJUSElOS0lOR19MRVZFTF9PRkYQARIaChZUSElOS0lOR19MRVZFTF9NSU5JTUFMEAISFgoSVEhJTktJTkdfTEVWRUxfTE9XEAMSGQoVVEhJTktJTkdfTEVWRUxfTUVESVVNEAQSFwoTVEhJTktJTkdfTEVWRUxfSElHSBAFEhgKFFRISU5LSU5HX0xFVkVMX1hISUdIEAYqtwEKC1Nlc3Npb25LaW5kEhwKGFNFU1NJT05fS0lORF9VTlNQRUNJRklFRBAAEhUKEVNFU1NJT05fS0lORF9NQUlOEAESFgoSU0VTU0lPTl9LSU5EX0dST1VQEAISFQoRU0VTU0lPTl9LSU5EX0NST04QAxIVChFTRVNTSU9OX0tJTkRfSE9PSxAEEhUKEVNFU1NJT05fS0lORF9OT0RFEAUSFgoSU0VTU0lPTl9LSU5EX09USEVSEAYqhQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASEwoPUlVOX1NUQVRVU19JRExFEAESFgoSUlVOX1NUQVRVU19SVU5OSU5HEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIVChFSVU5fU1RBVFVTX0ZBSUxFRBAEKncKEFJ1blJlc3VsdE91dGNvbWUSIgoeUlVOX1JFU1VMVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIAocUlVOX1JFU1VMVF9PVVRDT01FX1NVQ0NFRURFRBABEh0KGVJVTl9SRVNVTFRfT1VUQ09NRV9GQUlMRUQQAiqoAgoMTW9kZWxGYWlsdXJlEh0KGU1PREVMX0ZBSUxVUkVfVU5TUEVDSUZJRUQQABIWChJNT0RFTF9GQUlMVVJFX0FVVEgQARIZChVNT0RFTF9GQUlMVVJFX0JJTExJTkcQAhIhCh1NT0RFTF9GQUlMVVJFX01PREVMX05PVF9GT1VORBADEhwKGE1PREVMX0ZBSUxVUkVfUkFURV9MSU1JVBAEEhwKGE1PREVMX0ZBSUxVUkVfT1ZFUkxPQURFRBAFEhkKFU1PREVMX0ZBSUxVUkVfVElNRU9VVBAGEhkKFU1PREVMX0ZBSUxVUkVfTkVUV09SSxAHEhgKFE1PREVMX0ZBSUxVUkVfU0VSVkVSEAgSFwoTTU9ERUxfRkFJTFVSRV9PVEhFUhAJMuAICg5TZXNzaW9uU2VydmljZRJeCg1VcHNlcnRTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXNwb25zZRJVCgpHZXRTZXNzaW9uEiIuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXNwb25zZRJbCgxMaXN0U2Vzc2lvbnMSJC5zZXNzaW9uc3RhdGUudjEuTGlzdFNlc3Npb25zUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5MaXN0U2Vzc2lvbnNSZXNwb25zZRJbCgxTcGF3blNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuU3Bhd25TZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5TcGF3blNlc3Npb25SZXNwb25zZRJbCgxSZXNldFNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuUmVzZXRTZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5SZXNldFNlc3Npb25SZXNwb25zZRJeCg1EZWxldGVTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLkRlbGV0ZVNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLkRlbGV0ZVNlc3Npb25SZXNwb25zZRJbCgxQYXRjaFNlc3Npb24SJC5zZXNzaW9uc3RhdGUudjEuUGF0Y2hTZXNzaW9uUmVxdWVzdBolLnNlc3Npb25zdGF0ZS52MS5QYXRjaFNlc3Npb25SZXNwb25zZRJVCgpMaXN0R3JvdXBzEiIuc2Vzc2lvbnN0YXRlLnYxLkxpc3RHcm91cHNSZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkxpc3RHcm91cHNSZXNwb25zZRJSCglTZXRHcm91cHMSIS5zZXNzaW9uc3RhdGUudjEuU2V0R3JvdXBzUmVxdWVzdBoiLnNlc3Npb25zdGF0ZS52MS5TZXRHcm91cHNSZXNwb25zZRJYCgtSZW5hbWVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5SZW5hbWVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuUmVuYW1lR3JvdXBSZXNwb25zZRJYCgtEZWxldGVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5EZWxldGVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuRGVsZXRlR3JvdXBSZXNwb25zZRJkCg9SZXBvcnRSdW5SZXN1bHQSJy5zZXNzaW9uc3RhdGUudjEuUmVwb3J0UnVuUmVzdWx0UmVxdWVzdBooLnNlc3Npb25zdGF0ZS52MS5SZXBvcnRSdW5SZXN1bHRSZXNwb25zZUKBAUIMU2Vzc2lvblByb3RvUAFaMnNlc3Npb25zdGF0ZS9nZW4vZ28vc2Vzc2lvbnN0YXRlL3YxO3Nlc3Npb25zdGF0ZXYxogIDU1NYqgIPU2Vzc2lvblN0YXRlLlYxygIPU2Vzc2lvblN0YXRlXFYx6gIQU2Vzc2lvblN0YXRlOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_message, file_sessionstate_v1_requester]);
 
 /**
- * Where messages of a session come from or go to. Every field is optional text of at most
- * 256 bytes; empty means not known.
+ * Text rules. Every string field a request carries is one of three kinds, named in its
+ * comment; a value that breaks its rule is INVALID_ARGUMENT naming the field and the first
+ * offending character (U+XXXX), and nothing is written.
+ *
+ * - One-line text (keys, ids, summaries, labels, channels, models, names, …): no C0 control
+ *   characters (U+0000–U+001F, tab and line feed included), no DEL (U+007F), no C1 control
+ *   characters (U+0080–U+009F), no line or paragraph separator (U+2028, U+2029), no
+ *   bidirectional control (U+061C, U+200E, U+200F, U+202A–U+202E, U+2066–U+2069), no byte
+ *   order mark (U+FEFF), and no lone surrogate (JSON can carry one). Zero-width joiners and
+ *   other format characters are allowed (emoji sequences need them).
+ * - A key (session keys, watcher keys, parent and child keys, actor ids): one-line text and
+ *   also no invisible format character (Unicode category Cf: U+00AD, U+200B–U+200D, U+2060,
+ *   …), no whitespace other than U+0020, no whitespace at either end, and no '"' (keys are
+ *   quoted in the notice text). So two different keys never look the same, and a key never
+ *   displays as another. At most 512 bytes.
+ * - Content (message text, tool arguments and results, thinking, upstream turn text): any
+ *   text; only its size is bounded.
+ *
+ * Where messages of a session come from or go to. Every field is optional one-line text of
+ * at most 256 bytes; empty means not known.
  *
  * @generated from message sessionstate.v1.DeliveryRoute
  */
@@ -72,7 +90,8 @@ export const DeliveryRouteSchema: GenMessage<DeliveryRoute> = /*@__PURE__*/
  */
 export type SessionRef = Message<"sessionstate.v1.SessionRef"> & {
   /**
-   * At most 512 bytes, no control characters.
+   * A key (see "Text rules" in session.proto): one-line text without invisible format
+   * characters, whitespace at the ends or '"'. At most 512 bytes.
    *
    * @generated from field: string session_key = 1;
    */
@@ -380,8 +399,10 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
   session?: SessionRef | undefined;
 
   /**
-   * Fields below are applied when present; absent fields keep their value (or the default
-   * on create: kind OTHER, run status IDLE, everything else empty/zero/false).
+   * Fields below are applied when present; absent fields keep their value (or the default on
+   * create: kind OTHER, run status IDLE, everything else empty/zero/false). The Gateway's
+   * session id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), 1–128 bytes.
    *
    * @generated from field: optional string session_id = 2;
    */
@@ -393,25 +414,36 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
   kind: SessionKind;
 
   /**
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 64 bytes.
+   *
    * @generated from field: optional string channel = 4;
    */
   channel?: string | undefined;
 
   /**
-   * At most 256 bytes.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 256 bytes.
    *
    * @generated from field: optional string label = 5;
    */
   label?: string | undefined;
 
   /**
-   * Parent session key (spawnedBy). Must be a known session of the same agent.
+   * Parent session key (spawnedBy). A key (see "Text rules" in session.proto): one-line text
+   * without invisible format characters, whitespace at the ends or '"'. Empty = no parent. A
+   * key that is not agent-qualified names a session of this session's agent. The parent must be
+   * a known session, and with a gateway token it must belong to one of the token's agents: a
+   * parent outside them answers PERMISSION_DENIED whether or not it exists.
    *
    * @generated from field: optional string parent_session_key = 6;
    */
   parentSessionKey?: string | undefined;
 
   /**
+   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes.
+   *
    * @generated from field: optional string model = 7;
    */
   model?: string | undefined;
@@ -508,7 +540,8 @@ export type GetSessionRequest = Message<"sessionstate.v1.GetSessionRequest"> & {
 
   /**
    * The session, by its current or an earlier session id. Resolves only to sessions the
-   * requester may see.
+   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */
@@ -551,21 +584,24 @@ export type ListSessionsRequest = Message<"sessionstate.v1.ListSessionsRequest">
   kinds: SessionKind[];
 
   /**
-   * Exact label. Empty = any.
+   * Exact label: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = any.
    *
    * @generated from field: string label = 2;
    */
   label: string;
 
   /**
-   * Exact agent id. Empty = every agent.
+   * Exact agent id: 1–64 characters of [A-Za-z0-9_.-]. Empty = every agent.
    *
    * @generated from field: string agent_id = 3;
    */
   agentId: string;
 
   /**
-   * Case-insensitive substring of the session key or label. Empty = no text filter.
+   * Case-insensitive substring of the session key or label: One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256
+   * bytes. Empty = no text filter.
    *
    * @generated from field: string search = 4;
    */
@@ -681,7 +717,11 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
   parent?: SessionRef | undefined;
 
   /**
-   * Key of the child; created, or re-parented when it exists without a parent.
+   * Key of the child; created, or re-parented when it exists without a parent. A key (see "Text
+   * rules" in session.proto): one-line text without invisible format characters, whitespace at
+   * the ends or '"'. A key that is not agent-qualified names a session of the parent's agent;
+   * with a gateway token the child's agent must be one of the token's agents too
+   * (PERMISSION_DENIED otherwise).
    *
    * @generated from field: string child_session_key = 2;
    */
@@ -693,31 +733,42 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
   kind: SessionKind;
 
   /**
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
+   *
    * @generated from field: string label = 4;
    */
   label: string;
 
   /**
+   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
+   *
    * @generated from field: string model = 5;
    */
   model: string;
 
   /**
-   * Run of the parent that spawned the child (kept on the child_spawned event).
+   * Run of the parent that spawned the child (kept on the child_spawned event). One-line text
+   * (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 128 bytes.
    *
    * @generated from field: string run_id = 6;
    */
   runId: string;
 
   /**
-   * Channel of the child (optional).
+   * Channel of the child (optional): One-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
    *
    * @generated from field: string channel = 7;
    */
   channel: string;
 
   /**
-   * Dedupe key for the child_spawned event, so a retried spawn records once. Optional.
+   * Dedupe key for the child_spawned event, so a retried spawn records once. Optional; one-line
+   * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 256 bytes.
    *
    * @generated from field: string dedupe_key = 8;
    */
@@ -866,22 +917,25 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
 
   /**
    * The session, by its current or an earlier session id. Resolves only to sessions the
-   * requester may see.
+   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */
   sessionId: string;
 
   /**
-   * Fields below are applied when present; at least one must be. Empty text clears.
-   * At most 256 bytes.
+   * Fields below are applied when present; at least one must be. Empty text clears. One-line
+   * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 256 bytes.
    *
    * @generated from field: optional string label = 4;
    */
   label?: string | undefined;
 
   /**
-   * An emoji or icon name, at most 64 bytes, no control characters.
+   * An emoji or icon name: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes.
    *
    * @generated from field: optional string sidebar_icon = 5;
    */
@@ -898,7 +952,9 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
   archived?: boolean | undefined;
 
   /**
-   * Model id, at most 256 bytes; empty = back to the agent's default.
+   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes; empty = back to the agent's
+   * default.
    *
    * @generated from field: optional string model = 8;
    */
@@ -967,8 +1023,9 @@ export const PatchSessionResponseSchema: GenMessage<PatchSessionResponse> = /*@_
  */
 export type SessionGroup = Message<"sessionstate.v1.SessionGroup"> & {
   /**
-   * 1–64 characters, no control characters, no leading or trailing whitespace. Unique
-   * ignoring case.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), 1–64 characters, no leading or trailing whitespace. Unique ignoring
+   * case.
    *
    * @generated from field: string name = 1;
    */
@@ -1096,14 +1153,15 @@ export type RenameGroupRequest = Message<"sessionstate.v1.RenameGroupRequest"> &
   requester?: Requester | undefined;
 
   /**
-   * The group to rename, matched ignoring case. NOT_FOUND when absent.
+   * The group to rename, matched ignoring case. NOT_FOUND when absent. A group name
+   * (SessionGroup.name: one-line text, 1–64 characters, no whitespace at the ends).
    *
    * @generated from field: string name = 2;
    */
   name: string;
 
   /**
-   * Its new name; must not name another group (FAILED_PRECONDITION).
+   * Its new name, a group name; must not name another group (FAILED_PRECONDITION).
    *
    * @generated from field: string new_name = 3;
    */
@@ -1158,7 +1216,8 @@ export type DeleteGroupRequest = Message<"sessionstate.v1.DeleteGroupRequest"> &
   requester?: Requester | undefined;
 
   /**
-   * The group to remove, matched ignoring case. NOT_FOUND when absent.
+   * The group to remove, matched ignoring case. NOT_FOUND when absent. A group name
+   * (SessionGroup.name).
    *
    * @generated from field: string name = 2;
    */
@@ -1213,15 +1272,19 @@ export type ReportRunResultRequest = Message<"sessionstate.v1.ReportRunResultReq
   session?: SessionRef | undefined;
 
   /**
-   * The run. At most 128 bytes. Names the system note (so a retried report writes one).
+   * The run: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes. Names the system note (so a
+   * retried report writes one).
    *
    * @generated from field: string run_id = 2;
    */
   runId: string;
 
   /**
-   * The model the run used. Empty = the session's current model. The rule applies only
-   * when this is the agent-selected model that is still the session's model.
+   * The model the run used: one-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = the session's
+   * current model. The rule applies only when this is the agent-selected model that is still
+   * the session's model.
    *
    * @generated from field: string model = 3;
    */

@@ -48,15 +48,17 @@ export type EventInput = Message<"sessionstate.v1.EventInput"> & {
   actorType: ActorType;
 
   /**
-   * Session key of an agent actor (used for self-suppression), or an opaque id.
-   * At most 512 bytes. Empty = not known.
+   * Session key of an agent actor (used for self-suppression), or another id of who acted. A
+   * key (see "Text rules" in session.proto): one-line text without invisible format characters,
+   * whitespace at the ends or '"'. Empty = not known.
    *
    * @generated from field: string actor_id = 4;
    */
   actorId: string;
 
   /**
-   * At most 128 bytes. Empty = not tied to a run.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), at most 128 bytes. Empty = not tied to a run.
    *
    * @generated from field: string run_id = 5;
    */
@@ -70,7 +72,8 @@ export type EventInput = Message<"sessionstate.v1.EventInput"> & {
   occurredAt?: Timestamp | undefined;
 
   /**
-   * One line (no line breaks), 1–280 characters.
+   * One-line text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi
+   * controls or U+FEFF), 1–280 characters, not blank.
    *
    * @generated from field: string summary = 7;
    */
@@ -83,15 +86,19 @@ export type EventInput = Message<"sessionstate.v1.EventInput"> & {
 
   /**
    * A second append with the same key (per session) returns the first event and changes
-   * nothing. At most 256 bytes. Empty = no deduplication.
+   * nothing. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = no deduplication.
    *
    * @generated from field: string dedupe_key = 9;
    */
   dedupeKey: string;
 
   /**
-   * Watchers the producer knows of (agent-qualified session keys, at most 64). A
-   * human_direct_message counts as watched when this list is non-empty.
+   * Watchers the producer knows of (agent-qualified session keys, at most 64; each a key (see
+   * "Text rules" in session.proto): one-line text without invisible format characters,
+   * whitespace at the ends or '"'). A human_direct_message counts as watched when this list is
+   * non-empty. They are only mentioned: not looked up, and not checked against a gateway
+   * token's agents.
    *
    * @generated from field: repeated string watcher_session_keys = 10;
    */

@@ -32,8 +32,10 @@ export type AppendMessagesRequest = Message<"sessionstate.v1.AppendMessagesReque
   session?: SessionRef | undefined;
 
   /**
-   * The transcript to append to: the session's current session id or one of its earlier
-   * ones (a late mirror of a run from before a reset). Empty = the current one.
+   * The transcript to append to: the session's current session id or one of its earlier ones (a
+   * late mirror of a run from before a reset). Empty = the current one. One-line text (see
+   * "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF),
+   * at most 128 bytes.
    *
    * @generated from field: string session_id = 2;
    */
@@ -137,8 +139,10 @@ export type GetHistoryRequest = Message<"sessionstate.v1.GetHistoryRequest"> & {
   session?: SessionRef | undefined;
 
   /**
-   * The session, by a session id: its current id, or an earlier one (that transcript is
-   * then returned). Resolves only to sessions the requester may see.
+   * The session, by a session id: its current id, or an earlier one (that transcript is then
+   * returned). Resolves only to sessions the requester may see. One-line text (see "Text rules"
+   * in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128
+   * bytes.
    *
    * @generated from field: string session_id = 3;
    */
@@ -348,9 +352,11 @@ export type SearchRequest = Message<"sessionstate.v1.SearchRequest"> & {
   requester?: Requester | undefined;
 
   /**
-   * The phrase: 1–256 characters with at least one letter or digit. Matched as an exact
-   * phrase: its words, in order and adjacent, case-insensitive; punctuation between words is
-   * ignored.
+   * The phrase: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), 1–256 characters with at least one letter or
+   * digit. Matched as an exact phrase: its words, in order and adjacent, case-insensitive;
+   * punctuation between words is ignored, and full-text query syntax (quotes, "*", NEAR, AND,
+   * OR, NOT, ":", "^", "-", parentheses, column names) is plain text.
    *
    * @generated from field: string query = 2;
    */

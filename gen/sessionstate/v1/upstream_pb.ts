@@ -163,7 +163,8 @@ export type LinkUpstreamRequest = Message<"sessionstate.v1.LinkUpstreamRequest">
   nodeId: string;
 
   /**
-   * External thread id: 1–256 bytes, no control characters.
+   * External thread id: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), 1–256 bytes.
    *
    * @generated from field: string thread_id = 4;
    */
@@ -177,16 +178,19 @@ export type LinkUpstreamRequest = Message<"sessionstate.v1.LinkUpstreamRequest">
   kind: UpstreamKind;
 
   /**
-   * Opaque locator for the Node: 1–4096 bytes, no control characters. For JSONL transcripts
-   * a relative path inside the Node's root (no "..", not absolute).
+   * Opaque locator for the Node: one-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), 1–4096 bytes. For JSONL transcripts a
+   * relative path inside the Node's root (no "..", not absolute).
    *
    * @generated from field: string ref = 6;
    */
   ref: string;
 
   /**
-   * Session key of the agent session that adopted it, for the `adopted` event's actor id.
-   * At most 512 bytes. Empty = the adoption is recorded as a system action.
+   * Session key of the agent session that adopted it, for the `adopted` event's actor id. A key
+   * (see "Text rules" in session.proto): one-line text without invisible format characters,
+   * whitespace at the ends or '"', at most 512 bytes. Empty = the adoption is recorded as a
+   * system action.
    *
    * @generated from field: string actor_id = 7;
    */
@@ -243,7 +247,9 @@ export type UnlinkUpstreamRequest = Message<"sessionstate.v1.UnlinkUpstreamReque
   session?: SessionRef | undefined;
 
   /**
-   * The link to remove. Empty = every link of the session.
+   * The link to remove: one-line text (see "Text rules" in session.proto: no C0/C1 controls,
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 64 bytes. Empty = every link of the
+   * session.
    *
    * @generated from field: string link_id = 2;
    */
@@ -281,7 +287,8 @@ export const UnlinkUpstreamResponseSchema: GenMessage<UnlinkUpstreamResponse> = 
  */
 export type ListUpstreamLinksRequest = Message<"sessionstate.v1.ListUpstreamLinksRequest"> & {
   /**
-   * Only links of sessions of this agent. Empty = every agent.
+   * Only links of sessions of this agent: 1–64 characters of [A-Za-z0-9_.-]. Empty = every
+   * agent.
    *
    * @generated from field: string agent_id = 1;
    */
@@ -295,7 +302,8 @@ export type ListUpstreamLinksRequest = Message<"sessionstate.v1.ListUpstreamLink
   session?: SessionRef | undefined;
 
   /**
-   * Only links on this Node. Empty = any Node and the local catalog.
+   * Only links on this Node: 1–128 characters of [A-Za-z0-9_.:-]. Empty = any Node and the
+   * local catalog.
    *
    * @generated from field: string node_id = 3;
    */
@@ -392,7 +400,9 @@ export const ConnectNodeRequestSchema: GenMessage<ConnectNodeRequest> = /*@__PUR
  */
 export type NodeHello = Message<"sessionstate.v1.NodeHello"> & {
   /**
-   * The Node's software and version, for logs. At most 128 bytes.
+   * The Node's software and version, for logs. One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128
+   * bytes.
    *
    * @generated from field: string software = 1;
    */
@@ -421,7 +431,8 @@ export const NodeHelloSchema: GenMessage<NodeHello> = /*@__PURE__*/
  */
 export type CheckReport = Message<"sessionstate.v1.CheckReport"> & {
   /**
-   * The assignment's link_id. Must be a link assigned to this stream.
+   * The assignment's link_id (one-line text, at most 64 bytes). Must be a link assigned to
+   * this stream.
    *
    * @generated from field: string link_id = 1;
    */
@@ -460,7 +471,9 @@ export type CheckReport = Message<"sessionstate.v1.CheckReport"> & {
   marker: Uint8Array;
 
   /**
-   * INDETERMINATE: why (for logs and ListUpstreamLinks). At most 1024 bytes.
+   * INDETERMINATE: why (for logs and ListUpstreamLinks). One-line text (see "Text rules" in
+   * session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 1024
+   * bytes.
    *
    * @generated from field: string error = 6;
    */
@@ -504,7 +517,7 @@ export const CheckReportSchema: GenMessage<CheckReport> = /*@__PURE__*/
 export type HumanTurn = Message<"sessionstate.v1.HumanTurn"> & {
   /**
    * The turn's text with whitespace normalised (runs of whitespace become one space, ends
-   * trimmed), at most 16 KiB.
+   * trimmed), at most 16 KiB. Content: any text.
    *
    * @generated from field: string text = 1;
    */
@@ -518,14 +531,15 @@ export type HumanTurn = Message<"sessionstate.v1.HumanTurn"> & {
   textTruncated: boolean;
 
   /**
-   * The row's own id (uuid), when it has one of at most 256 bytes. Empty = none.
+   * The row's own id (uuid), when it has one of at most 256 bytes that is one-line text (see
+   * "Text rules" in session.proto). Empty = none.
    *
    * @generated from field: string id = 3;
    */
   id: string;
 
   /**
-   * The row's own timestamp as written upstream, when it has one of at most 256 bytes.
+   * The row's own timestamp as written upstream, under the same conditions as id.
    *
    * @generated from field: string at = 4;
    */

@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/watch.proto.
  */
 export const file_sessionstate_v1_watch: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvd2F0Y2gucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSKvAgoLV2F0Y2hDdXJzb3ISGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJEhoKEmxhc3Rfc2Vlbl9zZXF1ZW5jZRgEIAEoAxIZChFub3RpZmllZF9zZXF1ZW5jZRgFIAEoAxIZChFtYXRlcmlhbF9zZXF1ZW5jZRgGIAEoAxI0Cgpwcm92ZW5hbmNlGAcgASgOMiAuc2Vzc2lvbnN0YXRlLnYxLldhdGNoUHJvdmVuYW5jZRIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5ub3RpY2VfcGVuZGluZxgJIAEoCCK9AQoGTm90aWNlEhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRIVCg1jaGFuZ2VzX3NpbmNlGAQgASgDEgwKBHRleHQYBSABKAkSEwoLY29udGV4dF9rZXkYBiABKAkSDAoEd2FrZRgHIAEoCBIZChFub3RpZmllZF9zZXF1ZW5jZRgIIAEoAyJgCgxXYXRjaFJlcXVlc3QSGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJIm8KDVdhdGNoUmVzcG9uc2USDwoHd2F0Y2hlZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSLAoGY3Vyc29yGAMgASgLMhwuc2Vzc2lvbnN0YXRlLnYxLldhdGNoQ3Vyc29yEg8KB2NyZWF0ZWQYBCABKAgiYgoOVW53YXRjaFJlcXVlc3QSGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJIiIKD1Vud2F0Y2hSZXNwb25zZRIPCgdyZW1vdmVkGAEgASgIInsKF0xpc3RXYXRjaEN1cnNvcnNSZXF1ZXN0Eh0KE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAlIABIcChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAlIABIXCg90YXJnZXRfYWdlbnRfaWQYAyABKAlCCgoIc2VsZWN0b3IiSQoYTGlzdFdhdGNoQ3Vyc29yc1Jlc3BvbnNlEi0KB2N1cnNvcnMYASADKAsyHC5zZXNzaW9uc3RhdGUudjEuV2F0Y2hDdXJzb3IiRgoUU3RyZWFtTm90aWNlc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYAiADKAkiIQoOUmVwbGF5Q29tcGxldGUSDwoHcGVuZGluZxgBIAEoDSIzCglIZWFydGJlYXQSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIroBChVTdHJlYW1Ob3RpY2VzUmVzcG9uc2USKQoGbm90aWNlGAEgASgLMhcuc2Vzc2lvbnN0YXRlLnYxLk5vdGljZUgAEjoKD3JlcGxheV9jb21wbGV0ZRgCIAEoCzIfLnNlc3Npb25zdGF0ZS52MS5SZXBsYXlDb21wbGV0ZUgAEi8KCWhlYXJ0YmVhdBgDIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5IZWFydGJlYXRIAEIJCgdtZXNzYWdlInAKCU5vdGljZUFjaxIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYASABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAIgASgJEhMKC2NvbnRleHRfa2V5GAMgASgJEhkKEW5vdGlmaWVkX3NlcXVlbmNlGAQgASgDIloKEUFja05vdGljZXNSZXF1ZXN0EhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSKAoEYWNrcxgCIAMoCzIaLnNlc3Npb25zdGF0ZS52MS5Ob3RpY2VBY2sifQoJQWNrUmVzdWx0EhoKEnRhcmdldF9zZXNzaW9uX2tleRgBIAEoCRINCgVhY2tlZBgCIAEoCBIaChJsYXN0X3NlZW5fc2VxdWVuY2UYAyABKAMSKQoIcmVvcGVuZWQYBCABKAsyFy5zZXNzaW9uc3RhdGUudjEuTm90aWNlIkEKEkFja05vdGljZXNSZXNwb25zZRIrCgdyZXN1bHRzGAEgAygLMhouc2Vzc2lvbnN0YXRlLnYxLkFja1Jlc3VsdCp3Cg9XYXRjaFByb3ZlbmFuY2USIAocV0FUQ0hfUFJPVkVOQU5DRV9VTlNQRUNJRklFRBAAEiMKH1dBVENIX1BST1ZFTkFOQ0VfSU1QTElDSVRfU1BBV04QARIdChlXQVRDSF9QUk9WRU5BTkNFX0VYUExJQ0lUEAIyxgMKDFdhdGNoU2VydmljZRJGCgVXYXRjaBIdLnNlc3Npb25zdGF0ZS52MS5XYXRjaFJlcXVlc3QaHi5zZXNzaW9uc3RhdGUudjEuV2F0Y2hSZXNwb25zZRJMCgdVbndhdGNoEh8uc2Vzc2lvbnN0YXRlLnYxLlVud2F0Y2hSZXF1ZXN0GiAuc2Vzc2lvbnN0YXRlLnYxLlVud2F0Y2hSZXNwb25zZRJnChBMaXN0V2F0Y2hDdXJzb3JzEiguc2Vzc2lvbnN0YXRlLnYxLkxpc3RXYXRjaEN1cnNvcnNSZXF1ZXN0Gikuc2Vzc2lvbnN0YXRlLnYxLkxpc3RXYXRjaEN1cnNvcnNSZXNwb25zZRJgCg1TdHJlYW1Ob3RpY2VzEiUuc2Vzc2lvbnN0YXRlLnYxLlN0cmVhbU5vdGljZXNSZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlN0cmVhbU5vdGljZXNSZXNwb25zZTABElUKCkFja05vdGljZXMSIi5zZXNzaW9uc3RhdGUudjEuQWNrTm90aWNlc1JlcXVlc3QaIy5zZXNzaW9uc3RhdGUudjEuQWNrTm90aWNlc1Jlc3BvbnNlQn9CCldhdGNoUHJvdG9QAVoyc2Vzc2lvbnN0YXRlL2dlbi9nby9zZXNzaW9uc3RhdGUvdjE7c2Vzc2lvbnN0YXRldjGiAgNTU1iqAg9TZXNzaW9uU3RhdGUuVjHKAg9TZXNzaW9uU3RhdGVcVjHqAhBTZXNzaW9uU3RhdGU6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvd2F0Y2gucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSKvAgoLV2F0Y2hDdXJzb3ISGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJEhoKEmxhc3Rfc2Vlbl9zZXF1ZW5jZRgEIAEoAxIZChFub3RpZmllZF9zZXF1ZW5jZRgFIAEoAxIZChFtYXRlcmlhbF9zZXF1ZW5jZRgGIAEoAxI0Cgpwcm92ZW5hbmNlGAcgASgOMiAuc2Vzc2lvbnN0YXRlLnYxLldhdGNoUHJvdmVuYW5jZRIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5ub3RpY2VfcGVuZGluZxgJIAEoCCK9AQoGTm90aWNlEhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRIVCg1jaGFuZ2VzX3NpbmNlGAQgASgDEgwKBHRleHQYBSABKAkSEwoLY29udGV4dF9rZXkYBiABKAkSDAoEd2FrZRgHIAEoCBIZChFub3RpZmllZF9zZXF1ZW5jZRgIIAEoAyJgCgxXYXRjaFJlcXVlc3QSGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJIm8KDVdhdGNoUmVzcG9uc2USDwoHd2F0Y2hlZBgBIAEoCBIOCgZyZWFzb24YAiABKAkSLAoGY3Vyc29yGAMgASgLMhwuc2Vzc2lvbnN0YXRlLnYxLldhdGNoQ3Vyc29yEg8KB2NyZWF0ZWQYBCABKAgiYgoOVW53YXRjaFJlcXVlc3QSGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJIiIKD1Vud2F0Y2hSZXNwb25zZRIPCgdyZW1vdmVkGAEgASgIIqIBChdMaXN0V2F0Y2hDdXJzb3JzUmVxdWVzdBIdChN3YXRjaGVyX3Nlc3Npb25fa2V5GAEgASgJSAASHAoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJSAASFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJEhEKCXBhZ2Vfc2l6ZRgEIAEoDRISCgpwYWdlX3Rva2VuGAUgASgJQgoKCHNlbGVjdG9yImIKGExpc3RXYXRjaEN1cnNvcnNSZXNwb25zZRItCgdjdXJzb3JzGAEgAygLMhwuc2Vzc2lvbnN0YXRlLnYxLldhdGNoQ3Vyc29yEhcKD25leHRfcGFnZV90b2tlbhgCIAEoCSJGChRTdHJlYW1Ob3RpY2VzUmVxdWVzdBIQCghhZ2VudF9pZBgBIAEoCRIcChR3YXRjaGVyX3Nlc3Npb25fa2V5cxgCIAMoCSIhCg5SZXBsYXlDb21wbGV0ZRIPCgdwZW5kaW5nGAEgASgNIjMKCUhlYXJ0YmVhdBImCgJhdBgBIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXAiugEKFVN0cmVhbU5vdGljZXNSZXNwb25zZRIpCgZub3RpY2UYASABKAsyFy5zZXNzaW9uc3RhdGUudjEuTm90aWNlSAASOgoPcmVwbGF5X2NvbXBsZXRlGAIgASgLMh8uc2Vzc2lvbnN0YXRlLnYxLlJlcGxheUNvbXBsZXRlSAASLwoJaGVhcnRiZWF0GAMgASgLMhouc2Vzc2lvbnN0YXRlLnYxLkhlYXJ0YmVhdEgAQgkKB21lc3NhZ2UicAoJTm90aWNlQWNrEhoKEnRhcmdldF9zZXNzaW9uX2tleRgBIAEoCRIXCg90YXJnZXRfYWdlbnRfaWQYAiABKAkSEwoLY29udGV4dF9rZXkYAyABKAkSGQoRbm90aWZpZWRfc2VxdWVuY2UYBCABKAMiWgoRQWNrTm90aWNlc1JlcXVlc3QSGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIoCgRhY2tzGAIgAygLMhouc2Vzc2lvbnN0YXRlLnYxLk5vdGljZUFjayJ9CglBY2tSZXN1bHQSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAEgASgJEg0KBWFja2VkGAIgASgIEhoKEmxhc3Rfc2Vlbl9zZXF1ZW5jZRgDIAEoAxIpCghyZW9wZW5lZBgEIAEoCzIXLnNlc3Npb25zdGF0ZS52MS5Ob3RpY2UiQQoSQWNrTm90aWNlc1Jlc3BvbnNlEisKB3Jlc3VsdHMYASADKAsyGi5zZXNzaW9uc3RhdGUudjEuQWNrUmVzdWx0KncKD1dhdGNoUHJvdmVuYW5jZRIgChxXQVRDSF9QUk9WRU5BTkNFX1VOU1BFQ0lGSUVEEAASIwofV0FUQ0hfUFJPVkVOQU5DRV9JTVBMSUNJVF9TUEFXThABEh0KGVdBVENIX1BST1ZFTkFOQ0VfRVhQTElDSVQQAjLGAwoMV2F0Y2hTZXJ2aWNlEkYKBVdhdGNoEh0uc2Vzc2lvbnN0YXRlLnYxLldhdGNoUmVxdWVzdBoeLnNlc3Npb25zdGF0ZS52MS5XYXRjaFJlc3BvbnNlEkwKB1Vud2F0Y2gSHy5zZXNzaW9uc3RhdGUudjEuVW53YXRjaFJlcXVlc3QaIC5zZXNzaW9uc3RhdGUudjEuVW53YXRjaFJlc3BvbnNlEmcKEExpc3RXYXRjaEN1cnNvcnMSKC5zZXNzaW9uc3RhdGUudjEuTGlzdFdhdGNoQ3Vyc29yc1JlcXVlc3QaKS5zZXNzaW9uc3RhdGUudjEuTGlzdFdhdGNoQ3Vyc29yc1Jlc3BvbnNlEmAKDVN0cmVhbU5vdGljZXMSJS5zZXNzaW9uc3RhdGUudjEuU3RyZWFtTm90aWNlc1JlcXVlc3QaJi5zZXNzaW9uc3RhdGUudjEuU3RyZWFtTm90aWNlc1Jlc3BvbnNlMAESVQoKQWNrTm90aWNlcxIiLnNlc3Npb25zdGF0ZS52MS5BY2tOb3RpY2VzUmVxdWVzdBojLnNlc3Npb25zdGF0ZS52MS5BY2tOb3RpY2VzUmVzcG9uc2VCf0IKV2F0Y2hQcm90b1ABWjJzZXNzaW9uc3RhdGUvZ2VuL2dvL3Nlc3Npb25zdGF0ZS92MTtzZXNzaW9uc3RhdGV2MaICA1NTWKoCD1Nlc3Npb25TdGF0ZS5WMcoCD1Nlc3Npb25TdGF0ZVxWMeoCEFNlc3Npb25TdGF0ZTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * A watcher's cursor on a target.
@@ -156,21 +156,21 @@ export const NoticeSchema: GenMessage<Notice> = /*@__PURE__*/
  */
 export type WatchRequest = Message<"sessionstate.v1.WatchRequest"> & {
   /**
-   * Agent-qualified session key of the watcher.
+   * Agent-qualified session key of the watcher. A key (see "Text rules" in session.proto).
    *
    * @generated from field: string watcher_session_key = 1;
    */
   watcherSessionKey: string;
 
   /**
-   * The session that actually received the message.
+   * The session that actually received the message. A key (see "Text rules" in session.proto).
    *
    * @generated from field: string target_session_key = 2;
    */
   targetSessionKey: string;
 
   /**
-   * Required when the target key is not agent-qualified.
+   * Required when the target key is not agent-qualified: 1–64 characters of [A-Za-z0-9_.-].
    *
    * @generated from field: string target_agent_id = 3;
    */
@@ -227,16 +227,22 @@ export const WatchResponseSchema: GenMessage<WatchResponse> = /*@__PURE__*/
  */
 export type UnwatchRequest = Message<"sessionstate.v1.UnwatchRequest"> & {
   /**
+   * The watcher whose cursor goes. A key (see "Text rules" in session.proto).
+   *
    * @generated from field: string watcher_session_key = 1;
    */
   watcherSessionKey: string;
 
   /**
+   * The watched session. A key (see "Text rules" in session.proto).
+   *
    * @generated from field: string target_session_key = 2;
    */
   targetSessionKey: string;
 
   /**
+   * Required when the target key is not agent-qualified: 1–64 characters of [A-Za-z0-9_.-].
+   *
    * @generated from field: string target_agent_id = 3;
    */
   targetAgentId: string;
@@ -279,7 +285,8 @@ export type ListWatchCursorsRequest = Message<"sessionstate.v1.ListWatchCursorsR
    */
   selector: {
     /**
-     * Cursors held by this watcher.
+     * Cursors held by this watcher, ordered by target agent, then target key. A key (see "Text
+     * rules" in session.proto).
      *
      * @generated from field: string watcher_session_key = 1;
      */
@@ -287,7 +294,8 @@ export type ListWatchCursorsRequest = Message<"sessionstate.v1.ListWatchCursorsR
     case: "watcherSessionKey";
   } | {
     /**
-     * Cursors held on this target (target_agent_id required for non-qualified keys).
+     * Cursors held on this target, ordered by watcher key (target_agent_id required for
+     * non-qualified keys). A key (see "Text rules" in session.proto).
      *
      * @generated from field: string target_session_key = 2;
      */
@@ -296,9 +304,31 @@ export type ListWatchCursorsRequest = Message<"sessionstate.v1.ListWatchCursorsR
   } | { case: undefined; value?: undefined };
 
   /**
+   * The target's agent, with target_session_key: 1–64 characters of [A-Za-z0-9_.-]. Empty =
+   * taken from an agent-qualified key.
+   *
    * @generated from field: string target_agent_id = 3;
    */
   targetAgentId: string;
+
+  /**
+   * Most cursors in the answer: 1–1000. 0 (absent) = 100. More than 1000 is INVALID_ARGUMENT
+   * (not clamped, like every other limit of this API).
+   *
+   * @generated from field: uint32 page_size = 4;
+   */
+  pageSize: number;
+
+  /**
+   * Empty = the first page. Otherwise the next_page_token of the previous page, unchanged,
+   * with the same selector; anything else (a token edited, made up, or from another
+   * selector) is INVALID_ARGUMENT. Tokens are opaque and do not expire: a page starts after
+   * the last cursor of the previous one, so cursors added or removed meanwhile never make a
+   * cursor that stays in place appear twice or be skipped.
+   *
+   * @generated from field: string page_token = 5;
+   */
+  pageToken: string;
 };
 
 /**
@@ -313,11 +343,18 @@ export const ListWatchCursorsRequestSchema: GenMessage<ListWatchCursorsRequest> 
  */
 export type ListWatchCursorsResponse = Message<"sessionstate.v1.ListWatchCursorsResponse"> & {
   /**
-   * Ordered by watcher, then target.
+   * At most page_size cursors, in the selector's order (see ListWatchCursorsRequest).
    *
    * @generated from field: repeated sessionstate.v1.WatchCursor cursors = 1;
    */
   cursors: WatchCursor[];
+
+  /**
+   * Pass it as page_token for the next page. Empty = this is the last page.
+   *
+   * @generated from field: string next_page_token = 2;
+   */
+  nextPageToken: string;
 };
 
 /**
@@ -332,7 +369,7 @@ export const ListWatchCursorsResponseSchema: GenMessage<ListWatchCursorsResponse
  */
 export type StreamNoticesRequest = Message<"sessionstate.v1.StreamNoticesRequest"> & {
   /**
-   * Notices for every watcher of this agent.
+   * Notices for every watcher of this agent: 1–64 characters of [A-Za-z0-9_.-].
    *
    * @generated from field: string agent_id = 1;
    */
@@ -340,7 +377,8 @@ export type StreamNoticesRequest = Message<"sessionstate.v1.StreamNoticesRequest
 
   /**
    * Or for these watchers (agent-qualified keys, at most 1000). Exactly one of agent_id
-   * and watcher_session_keys must be given.
+   * and watcher_session_keys must be given. Each is a key (see "Text rules" in
+   * session.proto).
    *
    * @generated from field: repeated string watcher_session_keys = 2;
    */
@@ -436,19 +474,23 @@ export const StreamNoticesResponseSchema: GenMessage<StreamNoticesResponse> = /*
  */
 export type NoticeAck = Message<"sessionstate.v1.NoticeAck"> & {
   /**
-   * Name the target by key (with target_agent_id when not agent-qualified) …
+   * Name the target by key (with target_agent_id when not agent-qualified) … A key (see "Text
+   * rules" in session.proto).
    *
    * @generated from field: string target_session_key = 1;
    */
   targetSessionKey: string;
 
   /**
+   * 1–64 characters of [A-Za-z0-9_.-]. Empty = the key's agent, or the watcher's agent for
+   * a key that is not agent-qualified.
+   *
    * @generated from field: string target_agent_id = 2;
    */
   targetAgentId: string;
 
   /**
-   * … or by the notice's context_key.
+   * … or by the notice's context_key ("session-state:" + lowercase hex of a key).
    *
    * @generated from field: string context_key = 3;
    */
@@ -475,6 +517,9 @@ export const NoticeAckSchema: GenMessage<NoticeAck> = /*@__PURE__*/
  */
 export type AckNoticesRequest = Message<"sessionstate.v1.AckNoticesRequest"> & {
   /**
+   * Agent-qualified session key of the watcher whose notices were drained. A key (see "Text
+   * rules" in session.proto).
+   *
    * @generated from field: string watcher_session_key = 1;
    */
   watcherSessionKey: string;
@@ -591,7 +636,10 @@ export const WatchProvenanceSchema: GenEnum<WatchProvenance> = /*@__PURE__*/
 export const WatchService: GenService<{
   /**
    * Registers an explicit watch, starting at the target's current stateVersion.
-   * Re-registering an existing watch leaves its cursor untouched.
+   * Re-registering an existing watch leaves its cursor untouched. A target holds at most
+   * the server's --max-watchers-per-target cursors (default 10,000): a new watch beyond that
+   * answers RESOURCE_EXHAUSTED naming the limit. (A spawn's implicit cursor is always
+   * created: a child has one parent, so spawns add at most one cursor beyond the limit.)
    *
    * @generated from rpc sessionstate.v1.WatchService.Watch
    */
@@ -611,7 +659,7 @@ export const WatchService: GenService<{
     output: typeof UnwatchResponseSchema;
   },
   /**
-   * Cursors held by a watcher, or held on a target.
+   * Cursors held by a watcher, or held on a target, one page at a time.
    *
    * @generated from rpc sessionstate.v1.WatchService.ListWatchCursors
    */

@@ -23,7 +23,8 @@
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
 import type { SessionId } from "../keys.js";
-import type { Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
+import { describeDatabase } from "../databaseName.js";
+import type { IntegrityReport, Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
 import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
@@ -181,6 +182,18 @@ export class PostgresStorage implements Storage {
       this.leaders.set(job, leader);
     }
     return leader;
+  }
+
+  /** PostgreSQL checks its own pages (data checksums, amcheck): nothing to do at start-up here. */
+  async checkIntegrity(): Promise<IntegrityReport> {
+    return { checked: false, reason: "PostgreSQL checks its own data (data checksums, amcheck)" };
+  }
+
+  get description(): { database: string; damagedAdvice: string } {
+    return {
+      database: describeDatabase(this.options.connectionString),
+      damagedAdvice: "the service refuses writes until the database is repaired: check it with PostgreSQL's tools (amcheck, pg_checksums) and restore from a backup",
+    };
   }
 
   async ping(): Promise<boolean> {

@@ -59,7 +59,7 @@ export function storageFault(err: unknown): DomainError | undefined {
       return new DomainError("invalid_argument", "text holds a character the database cannot store (NUL)", undefined, code);
     case "XX001": // data_corrupted
     case "XX002": // index_corrupted
-      return new DomainError("unavailable", "the database reports corrupted data; ask the operator to check it", undefined, code);
+      return new DomainError("data_loss", `the database reports corrupted data (${code}: ${String((err as Error)?.message ?? "")})`, undefined, code);
   }
   return undefined;
 }

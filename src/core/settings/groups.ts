@@ -6,6 +6,7 @@
  * each other.
  */
 import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { checkOneLine } from "../validation.js";
 
 export const MAX_GROUPS = 100;
 export const MAX_GROUP_NAME_CHARS = 64;
@@ -17,8 +18,6 @@ export interface GroupCatalog {
   version: number;
 }
 
-const CONTROL = /[\u0000-\u001f\u007f-\u009f]/;
-
 /** Identity of a name: case and Unicode composition do not make two groups different. */
 export function groupIdentity(name: string): string {
   return name.normalize("NFC").toLowerCase();
@@ -28,7 +27,7 @@ export function checkGroupName(field: string, name: string): string {
   if (name.trim() === "") throw invalidArgument(field, "must not be empty");
   if (name !== name.trim()) throw invalidArgument(field, "must not start or end with whitespace");
   if ([...name].length > MAX_GROUP_NAME_CHARS) throw invalidArgument(field, `must be at most ${MAX_GROUP_NAME_CHARS} characters`);
-  if (CONTROL.test(name)) throw invalidArgument(field, "must not contain control characters");
+  checkOneLine(field, name, MAX_GROUP_NAME_CHARS * 4);
   return name.normalize("NFC");
 }
 

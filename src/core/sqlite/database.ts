@@ -5,7 +5,9 @@
 import Database from "better-sqlite3";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
+import { resolve } from "node:path";
 import { acquireProcessLock } from "./processLock.js";
+import { isDamagedFile } from "./storageFaults.js";
 import { migrate } from "./schema.js";
 import { SqliteStorage } from "./storage.js";
 
@@ -28,6 +30,17 @@ export interface DatabaseOptions {
   busyTimeoutMs?: number;
 }
 
+/**
+ * `PRAGMA quick_check`: [] when the file is sound, else the problems SQLite found (at most
+ * `maxProblems`). It reads every page (but checks no index against its table), so its cost
+ * grows with the file. A file too damaged to check throws its SQLITE_CORRUPT/NOTADB.
+ */
+export function quickCheck(db: Database.Database, maxProblems = 10): string[] {
+  const rows = db.pragma(`quick_check(${maxProblems})`) as { quick_check: string }[];
+  const problems = rows.map((r) => r.quick_check);
+  return problems.length === 1 && problems[0] === "ok" ? [] : problems;
+}
+
 export function openDatabase(options: DatabaseOptions): Database.Database {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
   const db = new Database(options.path);
@@ -48,9 +61,22 @@ export function openSqliteStorage(options: DatabaseOptions): SqliteStorage {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
   const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
   try {
-    return new SqliteStorage(openDatabase(options), { onClose: () => lock?.release() });
+    return new SqliteStorage(openDatabase(options), { path: options.path, onClose: () => lock?.release() });
   } catch (err) {
     lock?.release();
+    // A file too damaged to open (its header gone, its schema corrupt) cannot be served at all.
+    const code = (err as { code?: string }).code;
+    if (code !== undefined && isDamagedFile(code)) {
+      const path = resolve(options.path);
+      throw new DatabaseDamagedError(
+        `database file "${path}" is damaged and cannot be opened (${code}: ${(err as Error).message}); run "sessionstate check --db ${path}"`,
+      );
+    }
     throw err;
   }
+}
+
+/** The database file cannot be opened because it is damaged (the start fails, naming the file and the check command). */
+export class DatabaseDamagedError extends Error {
+  override name = "DatabaseDamagedError";
 }

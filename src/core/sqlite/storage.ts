@@ -14,12 +14,14 @@
  * - One serving process per file (processLock.ts): a second one would split notice delivery.
  */
 import type Database from "better-sqlite3";
-import type { Leadership, Storage, Tx, WriteOptions } from "../storage.js";
+import { statSync } from "node:fs";
+import { resolve } from "node:path";
+import type { IntegrityReport, Leadership, Storage, Tx, WriteOptions } from "../storage.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
 import { SqliteSettingsRows } from "./settingsRows.js";
 import { SqliteSignalLogRows } from "./signalLogRows.js";
-import { asDomainError } from "./storageFaults.js";
+import { asDomainError, damagedFileAdvice } from "./storageFaults.js";
 import { SqliteTranscriptRows } from "./transcriptRows.js";
 import { SqliteUpstreamRows } from "./upstreamRows.js";
 
@@ -30,6 +32,8 @@ interface GroupMember {
 }
 
 export interface SqliteStorageOptions {
+  /** The file (named in fault messages); default the connection's own name. */
+  path?: string;
   /** Runs when the connection closes (releases the one-process lock). */
   onClose?: () => void;
 }
@@ -41,11 +45,15 @@ export class SqliteStorage implements Storage {
   private turn: Promise<unknown> = Promise.resolve();
   private group: GroupMember[] = [];
   private closed = false;
+  readonly description: { database: string; damagedAdvice: string };
+  private readonly path: string;
 
   constructor(
     readonly db: Database.Database,
     private readonly options: SqliteStorageOptions = {},
   ) {
+    this.path = options.path === undefined || options.path === ":memory:" ? db.name : resolve(options.path);
+    this.description = { database: this.path, damagedAdvice: damagedFileAdvice(this.path) };
     this.tx = {
       log: new SqliteSignalLogRows(db),
       registry: new SqliteRegistryRows(db),
@@ -110,7 +118,7 @@ export class SqliteStorage implements Storage {
   private exclusive<T>(fn: () => Promise<T>): Promise<T> {
     if (this.closed) return Promise.reject(new Error("storage is closed"));
     const run = this.turn.then(fn, fn).catch((err: unknown) => {
-      throw asDomainError(err);
+      throw asDomainError(err, this.path);
     });
     this.turn = run.catch(() => undefined);
     return run;
@@ -143,7 +151,7 @@ export class SqliteStorage implements Storage {
             if (!this.db.inTransaction) throw error;
             this.stmt.rollbackTo.run();
             this.stmt.release.run();
-            results.push({ error: asDomainError(error) });
+            results.push({ error: asDomainError(error, this.path) });
           }
         }
         this.stmt.commit.run();
@@ -156,6 +164,18 @@ export class SqliteStorage implements Storage {
       // BEGIN or COMMIT failed (busy, disk full): the whole group rolled back, nothing written.
       for (const member of members) member.reject(err);
     });
+  }
+
+  async checkIntegrity(maxBytes: number): Promise<IntegrityReport> {
+    if (maxBytes === 0) return { checked: false, reason: "the start-up check is off (--startup-check-max-bytes 0)" };
+    if (this.path === ":memory:" || this.path === "") return { checked: false, reason: "an in-memory database" };
+    const bytes = statSync(this.path).size;
+    if (bytes > maxBytes) return { checked: false, reason: `the file (${bytes} bytes) is larger than --startup-check-max-bytes ${maxBytes}` };
+    const started = performance.now();
+    // `PRAGMA quick_check` reads every page (but checks no index against its table).
+    const rows = await this.exclusive(async () => this.db.pragma("quick_check(10)") as { quick_check: string }[]);
+    const problems = rows.map((r) => r.quick_check);
+    return { checked: true, bytes, ms: performance.now() - started, problems: problems.length === 1 && problems[0] === "ok" ? [] : problems };
   }
 
   async close(): Promise<void> {

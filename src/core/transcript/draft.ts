@@ -6,9 +6,9 @@
  * (SPEC §4) and then redacted, so a credential is never findable by its value and a search
  * never matches text that history would not show (thinking, tool-call XML, control tokens).
  */
-import { checkCount, checkRange, checkToken } from "../validation.js";
+import { checkCount, checkRange, checkOneLine } from "../validation.js";
 import { invalidArgument } from "../errors.js";
-import { checkSessionKey, resolveSession } from "../keys.js";
+import { checkSessionKey, flatSessionFields, resolveSession } from "../keys.js";
 import type { Redactor } from "./redact.js";
 import { sanitizeAssistantText, sanitizeUserText } from "./sanitize.js";
 import type { ContentBlock, MessageDraft, MessageInput, MessageRole, Provenance } from "./model.js";
@@ -28,7 +28,7 @@ export interface MessageRequest {
 /** Validates one message; `field` names it in errors (e.g. `messages[3]`). */
 export function checkMessage(field: string, m: MessageRequest, now: number): MessageInput {
   if (m.messageId === "") throw invalidArgument(`${field}.message_id`, "must not be empty");
-  checkToken(`${field}.message_id`, m.messageId, MAX_MESSAGE_ID_BYTES);
+  checkOneLine(`${field}.message_id`, m.messageId, MAX_MESSAGE_ID_BYTES);
   checkCount(`${field}.content`, m.content.length, 0, MAX_BLOCKS_PER_MESSAGE);
   m.content.forEach((block, i) => checkBlock(`${field}.content[${i}]`, block));
   const createdAt = m.createdAt ?? now;
@@ -39,16 +39,16 @@ export function checkMessage(field: string, m: MessageRequest, now: number): Mes
 function checkBlock(field: string, block: ContentBlock): void {
   switch (block.type) {
     case "image":
-      checkToken(`${field}.image.mime_type`, block.mimeType, 128);
+      checkOneLine(`${field}.image.mime_type`, block.mimeType, 128);
       checkRange(`${field}.image.byte_size`, block.byteSize, 0, Number.MAX_SAFE_INTEGER);
       return;
     case "tool_call":
-      checkToken(`${field}.tool_call.tool_call_id`, block.toolCallId, 256);
-      checkToken(`${field}.tool_call.name`, block.name, 256);
+      checkOneLine(`${field}.tool_call.tool_call_id`, block.toolCallId, 256);
+      checkOneLine(`${field}.tool_call.name`, block.name, 256);
       return;
     case "tool_result":
-      checkToken(`${field}.tool_result.tool_call_id`, block.toolCallId, 256);
-      checkToken(`${field}.tool_result.name`, block.name, 256);
+      checkOneLine(`${field}.tool_result.tool_call_id`, block.toolCallId, 256);
+      checkOneLine(`${field}.tool_result.name`, block.name, 256);
       return;
     case "text":
     case "thinking":
@@ -63,7 +63,7 @@ function provenanceOf(field: string, p: MessageRequest["provenance"]): Provenanc
       throw invalidArgument(`${field}.provenance.source_session_key`, "is required for an inter-session message");
     }
     checkSessionKey(`${field}.provenance.source_session_key`, p.sourceSessionKey);
-    return { kind: p.kind, source: resolveSession(`${field}.provenance.source`, p.sourceSessionKey, p.sourceAgentId) };
+    return { kind: p.kind, source: resolveSession(flatSessionFields(`${field}.provenance.source_`), p.sourceSessionKey, p.sourceAgentId) };
   }
   if (p.sourceSessionKey !== "" || p.sourceAgentId !== "") {
     throw invalidArgument(`${field}.provenance.source_session_key`, `is only allowed on inter-session messages, not ${p.kind}`);

@@ -38,9 +38,14 @@
  *    `xoxa-`/`xoxb-`/`xoxp-`/`xoxr-`/`xoxs-` + 10+ containing a digit, `AIza` + 30+,
  *    `npm_` + 30+, AWS access key ids `AKIA`/`ASIA` + exactly 16 of `[0-9A-Z]`, and JWTs
  *    (`eyJ….eyJ….…`, each part 10+).
- * 8. Extra patterns from {@link RedactorOptions.extraPatterns}: strings are compiled with
- *    the `g` flag; RegExps get `g` added. The whole match is masked, or capture group 1
- *    when it participates. An invalid string pattern throws from `createRedactor`.
+ * 8. Extra patterns from {@link RedactorOptions.extraPatterns} (the operator's
+ *    `--redact-patterns`), in RE2 syntax and run by an RE2 engine (re2js, pure JavaScript):
+ *    a match costs time linear in the text whatever the pattern, so no pattern can make a
+ *    message block the server (JavaScript's backtracking engine would take exponential time
+ *    on `(a+)+$`). RE2 has no backreferences and no lookaround; a pattern that needs them,
+ *    or is not valid RE2, throws {@link RedactPatternError} from `createRedactor`, naming the
+ *    pattern and why. A RegExp is taken as its source with its `i`, `m` and `s` flags. Every
+ *    match is masked (the whole match, or capture group 1 when it participates).
  *
  * A name is *secret-like* when, split into words at `_`, `-`, `.` and camelCase
  * boundaries, its last word is `token`, `secret`, `password`, `passwd`, `passphrase`,
@@ -61,8 +66,10 @@
  * quantifiers, and value scans stop at a line break or a closing quote.
  */
 
+import { RE2JS } from "re2js";
+
 export interface RedactorOptions {
-  /** Additional patterns; a string is compiled as `new RegExp(pattern, "g")`. */
+  /** Additional patterns in RE2 syntax (a RegExp: its source and its i/m/s flags). */
   extraPatterns?: (string | RegExp)[];
 }
 
@@ -91,7 +98,7 @@ export function maskSecret(secret: string): string {
 }
 
 export function createRedactor(options: RedactorOptions = {}): Redactor {
-  const extras = (options.extraPatterns ?? []).map(compileExtra);
+  const extras = (options.extraPatterns ?? []).map(compileRedactPattern);
   const rules: Rule[] = [...BUILTIN_RULES, ...extras.map(extraRule)];
   return {
     redact(text: string): RedactResult {
@@ -435,36 +442,72 @@ const BUILTIN_RULES: readonly Rule[] = [
 
 // ---- extra patterns ----------------------------------------------------------------------
 
-function compileExtra(pattern: string | RegExp): RegExp {
-  if (typeof pattern === "string") return new RegExp(pattern, "gd");
-  let flags = pattern.flags.replace(/[gy]/g, "");
-  flags += "g";
-  if (!flags.includes("d")) flags += "d";
-  return new RegExp(pattern.source, flags);
+/** A redact pattern the RE2 engine cannot run; the message names the pattern and why. */
+export class RedactPatternError extends SyntaxError {
+  override name = "RedactPatternError";
 }
 
-function extraRule(re: RegExp): Rule {
-  return (text) =>
-    scan(text, re, (m) => {
-      if (m[0].length === 0) return null;
-      const group = m.indices?.[1];
-      if (m[1] !== undefined && group) {
-        if (group[1] === group[0]) return null;
-        return strictMaskEdit(group[0], m[1]) ?? keepEdit(m);
+const RE2_SYNTAX = "redact patterns use RE2 syntax, which matches in time linear in the text (https://github.com/google/re2/wiki/Syntax)";
+
+/** Why RE2 refused `source`, in words an operator can act on. */
+function refusal(source: string, err: unknown): string {
+  if (/\\(?:[1-9]|k<)/.test(source)) return `backreferences (\\1, \\k<name>) are not supported: ${RE2_SYNTAX}`;
+  if (/\(\?<?[=!]/.test(source)) return `lookahead and lookbehind ((?=, (?!, (?<=, (?<!) are not supported: ${RE2_SYNTAX}`;
+  return `not a valid RE2 regular expression (${(err as Error).message}); ${RE2_SYNTAX}`;
+}
+
+/** Compiles an extra pattern for the RE2 engine, or throws RedactPatternError. */
+export function compileRedactPattern(pattern: string | RegExp): RE2JS {
+  const source = typeof pattern === "string" ? pattern : pattern.source;
+  let flags = 0;
+  if (typeof pattern !== "string") {
+    if (pattern.flags.includes("i")) flags |= RE2JS.CASE_INSENSITIVE;
+    if (pattern.flags.includes("m")) flags |= RE2JS.MULTILINE;
+    if (pattern.flags.includes("s")) flags |= RE2JS.DOTALL;
+  }
+  try {
+    return RE2JS.compile(source, flags);
+  } catch (err) {
+    throw new RedactPatternError(`${JSON.stringify(source)} cannot be used: ${refusal(source, err)}`);
+  }
+}
+
+/**
+ * Masks every match of an RE2 pattern: the whole match, or capture group 1 when it takes
+ * part and is not empty. Each search starts where the previous match ended, so the text is
+ * walked once; already-masked values are left as they are.
+ */
+function extraRule(re: RE2JS): Rule {
+  const hasGroup = re.groupCount() >= 1;
+  return (text) => {
+    const m = re.matcher(text);
+    const pieces: string[] = [];
+    let kept = 0;
+    let from = 0;
+    while (from <= text.length && m.find(from)) {
+      const start = m.start();
+      const end = m.end();
+      if (end === start) {
+        from = start + 1;
+        continue;
       }
-      return strictMaskEdit(m.index, m[0]) ?? keepEdit(m);
-    });
-}
-
-/** Extra patterns are the operator's call: no placeholder heuristics, only already-masked text is skipped. */
-function strictMaskEdit(start: number, value: string): Edit | null {
-  if (isMasked(value)) return null;
-  return { start, end: start + value.length, replacement: maskSecret(value) };
-}
-
-/** Skips past a match without changing it (already masked or a placeholder). */
-function keepEdit(m: RegExpExecArray): Edit {
-  return { start: m.index, end: m.index + m[0].length, replacement: m[0] };
+      from = end;
+      let valueStart = start;
+      let valueEnd = end;
+      if (hasGroup && m.start(1) >= 0) {
+        if (m.start(1) === m.end(1)) continue;
+        valueStart = m.start(1);
+        valueEnd = m.end(1);
+      }
+      const value = text.slice(valueStart, valueEnd);
+      if (valueStart < kept || isMasked(value)) continue;
+      pieces.push(text.slice(kept, valueStart), maskSecret(value));
+      kept = valueEnd;
+    }
+    if (pieces.length === 0) return text;
+    pieces.push(text.slice(kept));
+    return pieces.join("");
+  };
 }
 
 // ---- default instance (after the rule tables it uses) ------------------------------------

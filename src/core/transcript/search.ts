@@ -5,7 +5,7 @@
  * with the current rules before they leave.
  */
 import { invalidArgument } from "../errors.js";
-import { checkRange } from "../validation.js";
+import { checkOneLine, checkRange } from "../validation.js";
 import type { Redactor } from "./redact.js";
 
 export const MAX_QUERY_CHARS = 256;
@@ -13,11 +13,16 @@ export const DEFAULT_SEARCH_LIMIT = 10;
 export const MAX_SEARCH_LIMIT = 50;
 export const SNIPPET_CHARS = 300;
 
-/** Checks the query text and returns it trimmed. */
+/**
+ * Checks the query text and returns it trimmed. The query is one-line text (validation.ts):
+ * besides being the rule for every one-line field, that keeps NUL out of the FTS5 expression,
+ * where SQLite would read it as the end of the string.
+ */
 export function checkQuery(query: string): string {
   const trimmed = query.trim();
   if (trimmed === "") throw invalidArgument("query", "must not be empty");
   if ([...trimmed].length > MAX_QUERY_CHARS) throw invalidArgument("query", `must be at most ${MAX_QUERY_CHARS} characters`);
+  checkOneLine("query", trimmed, MAX_QUERY_CHARS * 4);
   if (!/[\p{L}\p{N}]/u.test(trimmed)) throw invalidArgument("query", "must contain at least one letter or digit");
   return trimmed;
 }

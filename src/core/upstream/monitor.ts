@@ -6,10 +6,10 @@
  * for the local catalog).
  */
 import { DomainError, failedPrecondition, invalidArgument } from "../errors.js";
-import { resolveSession, checkAgentId, type SessionId } from "../keys.js";
+import { checkActorId, checkAgentId, resolveSession, type SessionId } from "../keys.js";
 import type { EventDraft } from "../model.js";
 import type { SessionState } from "../sessionState.js";
-import { checkCount, checkRange, checkToken } from "../validation.js";
+import { checkCount, checkRange, checkOneLine } from "../validation.js";
 import type {
   CheckAssignment,
   CheckReport,
@@ -39,6 +39,13 @@ const NODE_ID = /^[A-Za-z0-9_.:-]{1,128}$/;
 export function checkNodeId(field: string, nodeId: string): string {
   if (!NODE_ID.test(nodeId)) throw invalidArgument(field, "must be 1-128 characters of letters, digits, '_', '.', ':' or '-'");
   return nodeId;
+}
+
+export const MAX_SOFTWARE_BYTES = 128;
+
+/** A Node's software name (its hello, for logs): one-line text of at most 128 bytes. */
+export function checkNodeSoftware(field: string, software: string): string {
+  return checkOneLine(field, software, MAX_SOFTWARE_BYTES);
 }
 
 /** A LinkUpstream request as the handler maps it (enums already named). */
@@ -112,17 +119,17 @@ export class UpstreamMonitor {
       checkNodeId("node_id", request.nodeId);
     }
     if (request.threadId === "") throw invalidArgument("thread_id", "must not be empty");
-    checkToken("thread_id", request.threadId, 256);
+    checkOneLine("thread_id", request.threadId, 256);
     if (request.ref === "") throw invalidArgument("ref", "must not be empty");
-    checkToken("ref", request.ref, 4096);
+    checkOneLine("ref", request.ref, 4096);
     if (request.kind === "jsonl_transcript") checkRelativePath("ref", request.ref);
-    checkToken("actor_id", request.actorId, 512);
+    checkActorId("actor_id", request.actorId);
     return { ...request, session };
   }
 
   async unlink(ref: { sessionKey: string; agentId: string }, linkId: string): Promise<number> {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
-    checkToken("link_id", linkId, 64);
+    checkOneLine("link_id", linkId, 64);
     return this.state.store.write(async (ctx) => {
       if (linkId === "") return ctx.tx.upstream.deleteLinksOf(session);
       const link = await ctx.tx.upstream.link(linkId);
@@ -254,12 +261,12 @@ export class UpstreamMonitor {
   /** Validates a report as a Node sent it; `field` prefixes the error. */
   checkReport(report: CheckReport, field = "report"): CheckReport {
     if (report.linkId === "") throw invalidArgument(`${field}.link_id`, "must not be empty");
-    checkToken(`${field}.link_id`, report.linkId, 64);
+    checkOneLine(`${field}.link_id`, report.linkId, 64);
     checkRange(`${field}.marker_version`, report.markerVersion, 1, Number.MAX_SAFE_INTEGER);
     checkCount(`${field}.human_turns`, report.humanTurns.length, 0, MAX_REPORT_TURNS);
     report.humanTurns.forEach((t, i) => checkTurn(`${field}.human_turns[${i}]`, t));
     if (report.marker.length > MAX_MARKER_BYTES) throw invalidArgument(`${field}.marker`, `must be at most ${MAX_MARKER_BYTES} bytes`);
-    checkToken(`${field}.error`, report.error, MAX_REPORT_ERROR_BYTES);
+    checkOneLine(`${field}.error`, report.error, MAX_REPORT_ERROR_BYTES);
     if (report.status === "found" && report.marker.length === 0) {
       throw invalidArgument(`${field}.marker`, "is required with status FOUND");
     }
@@ -278,8 +285,8 @@ function checkTurn(field: string, turn: HumanTurn): void {
   if (Buffer.byteLength(turn.text, "utf8") > MAX_TURN_TEXT_BYTES) {
     throw invalidArgument(`${field}.text`, `must be at most ${MAX_TURN_TEXT_BYTES} bytes`);
   }
-  checkToken(`${field}.id`, turn.id, 256);
-  checkToken(`${field}.at`, turn.at, 256);
+  checkOneLine(`${field}.id`, turn.id, 256);
+  checkOneLine(`${field}.at`, turn.at, 256);
 }
 
 /** A JSONL transcript ref is a path inside the Node's root: relative, without "..". */

@@ -13,8 +13,13 @@
  * for, must belong to one of its agents.
  * - A cursor belongs to its watcher: Unwatch, AckNotices and listing a watcher's cursors need
  *   only the watcher's agent; Watch also reads the target's head, so it needs the target's.
- * - Keys a request only mentions (an event's watcher_session_keys and actor_id, a session's
- *   parent_session_key) are not acted for and are not checked.
+ * - A session a request links to is acted for: UpsertSession's parent_session_key and
+ *   SpawnSession's parent and child need their agents. Being checked here, before the
+ *   handler runs, a parent outside the scope is PERMISSION_DENIED whether or not it exists.
+ * - Keys a request only mentions are not acted for and not checked: an event's
+ *   watcher_session_keys and actor_id, a link's actor_id and node_id, a transcript message's
+ *   provenance source (a message from another agent's session is mirrored by the receiving
+ *   session's Gateway). None is looked up, so none tells whether a session exists.
  * - A read that is not narrowed to a session or an agent reaches every agent (the operator
  *   view, or a requester with visibility ALL) and is refused to gateways. A requester with a
  *   narrower visibility narrows it to the requester's agent; its TREE view may include
@@ -37,7 +42,7 @@ import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js
 import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
-import { agentIdOfKey, resolveSession } from "../../core/keys.js";
+import { agentIdOfKey, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
 export type MethodRule<M = Message> =
@@ -65,7 +70,7 @@ export const OPEN_SERVICES: ReadonlySet<string> = new Set([Health.typeName, Refl
 type Ref = { sessionKey: string; agentId: string } | undefined;
 
 /** The agent of a session reference, as the core resolves it; `field` names it in errors. */
-export function sessionAgent(field: string, ref: Ref): string {
+export function sessionAgent(field: SessionFields, ref: Ref): string {
   return resolveSession(field, ref?.sessionKey ?? "", ref?.agentId ?? "").agentId;
 }
 
@@ -121,7 +126,13 @@ const stateRules = serviceRules(StateService, {
 });
 
 const sessionRules = serviceRules(SessionService, {
-  upsertSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  // A parent is linked, not only mentioned: it puts the session in the parent's tree (what
+  // the parent's agent lists and sees), so it must be in scope too. A key that is not
+  // agent-qualified names a session of the child's agent, which is checked already.
+  upsertSession: {
+    access: "act",
+    agents: (req) => [sessionAgent("session", req.session), ...keyAgents(req.parentSessionKey ?? "")],
+  },
   getSession: { access: "read", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
   listSessions: { access: "read", agents: (req) => viewAgents(req.requester, req.agentId === "" ? [] : [req.agentId]) },
   // A child key that is not agent-qualified belongs to the parent's agent.
@@ -151,7 +162,7 @@ const watchRules = serviceRules(WatchService, {
     access: "act",
     agents: (req) => [
       ...watcherAgents([req.watcherSessionKey]),
-      sessionAgent("target", { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
+      sessionAgent(flatSessionFields("target_"), { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
     ],
   },
   unwatch: { access: "act", agents: (req) => watcherAgents([req.watcherSessionKey]) },
@@ -162,7 +173,7 @@ const watchRules = serviceRules(WatchService, {
         case "watcherSessionKey":
           return watcherAgents([req.selector.value]);
         case "targetSessionKey":
-          return [sessionAgent("target", { sessionKey: req.selector.value, agentId: req.targetAgentId })];
+          return [sessionAgent(flatSessionFields("target_"), { sessionKey: req.selector.value, agentId: req.targetAgentId })];
         default:
           return [];
       }

@@ -2,7 +2,7 @@
 import { create } from "@bufbuild/protobuf";
 import { durationFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
-import { checkNodeId, type UpstreamMonitor } from "../../core/upstream/monitor.js";
+import { checkNodeId, checkNodeSoftware, type UpstreamMonitor } from "../../core/upstream/monitor.js";
 import {
   ConnectNodeResponseSchema,
   UpstreamService,
@@ -10,6 +10,7 @@ import {
   type ConnectNodeResponse,
 } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import type { Logger } from "../logger.js";
+import type { StorageWatch } from "../storageHealth.js";
 import { toConnectError } from "../errors.js";
 import { recordReport } from "../upstream/monitorLoop.js";
 import type { NodeConnection, NodeHub } from "../upstream/nodeHub.js";
@@ -22,6 +23,8 @@ export interface UpstreamRouteSettings {
   intervalMs: number;
   clock: () => number;
   logger: Logger;
+  /** Learns of damaged-file faults met on a Node's stream (storageHealth.ts). */
+  storage?: StorageWatch;
 }
 
 export function upstreamService(settings: UpstreamRouteSettings): ServiceImpl<typeof UpstreamService> {
@@ -82,11 +85,12 @@ async function* connectNode(
     throw new ConnectError("the first message on ConnectNode must be a hello", Code.InvalidArgument);
   }
   const nodeId = checkNodeId("node_id", first.value.nodeId);
+  const software = checkNodeSoftware("hello.software", first.value.message.value.software);
   const { connection, replaced } = hub.connect(nodeId, settings.clock());
-  logger.info("node connected", { nodeId, software: first.value.message.value.software, replaced });
+  logger.info("node connected", { nodeId, software, replaced });
   void readReports(settings, connection, incoming).catch((err: unknown) => {
     // Once the stream is over (replaced, cancelled, shut down), a failing read is just its end.
-    if (!connection.ended) connection.end(toConnectError(err, logger, "sessionstate.v1.UpstreamService/ConnectNode"));
+    if (!connection.ended) connection.end(toConnectError(err, logger, "sessionstate.v1.UpstreamService/ConnectNode", settings.storage));
   });
   try {
     yield create(ConnectNodeResponseSchema, {
@@ -132,7 +136,7 @@ async function readReports(
     if (!(await monitor.takeAssignment(report.linkId, connection.nodeId))) {
       throw new ConnectError(`link "${report.linkId}" is not assigned to node "${connection.nodeId}" on this stream`, Code.PermissionDenied);
     }
-    await recordReport(monitor, report, logger, { source: "node", nodeId: connection.nodeId });
+    await recordReport(monitor, report, logger, { source: "node", nodeId: connection.nodeId }, settings.storage);
   }
   // The Node closed its side: the stream is over.
   connection.end();

@@ -43,12 +43,13 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       if (sel.case === undefined) {
         throw new ConnectError("selector: give watcher_session_key or target_session_key", Code.InvalidArgument);
       }
-      const cursors = await core.listCursors(
+      const page = await core.listCursorPage(
         sel.case === "watcherSessionKey"
           ? { watcherKey: sel.value }
           : { target: { sessionKey: sel.value, agentId: req.targetAgentId } },
+        { pageSize: req.pageSize, pageToken: req.pageToken },
       );
-      return { cursors: cursors.map(cursorMessage) };
+      return { cursors: page.cursors.map(cursorMessage), nextPageToken: page.nextPageToken };
     },
 
     async *streamNotices(req, ctx): AsyncGenerator<StreamNoticesResponse> {

@@ -14,6 +14,7 @@ import type { ScanOptions } from "../../upstream/scanner.js";
 import { checkTranscriptLink } from "../../upstream/check.js";
 import type { Logger } from "../logger.js";
 import type { NodeHub } from "./nodeHub.js";
+import type { StorageWatch } from "../storageHealth.js";
 
 export interface UpstreamLoopOptions {
   monitor: UpstreamMonitor;
@@ -27,6 +28,8 @@ export interface UpstreamLoopOptions {
   logger: Logger;
   /** Whether this process leads the upstream job now (always, with one process). */
   isLeader: () => Promise<boolean>;
+  /** Ticks stop while the database is damaged; faults they meet are reported here. */
+  storage?: StorageWatch;
 }
 
 export interface TickSummary {
@@ -62,8 +65,11 @@ export class UpstreamLoop {
     const delay = Math.max(0, startedAt + this.options.intervalMs - this.options.clock());
     this.timer = setTimeout(() => {
       const started = this.options.clock();
-      this.current = this.tick()
-        .catch((err) => this.options.logger.error("upstream tick failed", { error: String(err), stack: (err as Error)?.stack }))
+      this.current = (this.options.storage?.damaged ? Promise.resolve() : this.tick())
+        .catch((err) => {
+          if (this.options.storage?.observe(err, "upstream monitor tick")) return;
+          this.options.logger.error("upstream tick failed", { error: String(err), stack: (err as Error)?.stack });
+        })
         .finally(() => this.schedule(started));
     }, delay).unref();
   }
@@ -85,7 +91,7 @@ export class UpstreamLoop {
     for (const check of local) {
       if (this.stopped) break;
       const report = await checkTranscriptLink(check, { ...this.options.scan, root: this.options.localRoot! });
-      await recordReport(monitor, report, logger, { source: "local" });
+      await recordReport(monitor, report, logger, { source: "local" }, this.options.storage);
     }
     const summary: TickSummary = { tick, leader, due: checks.length, deferred, assigned, sentToNodes, local: local.length };
     if (checks.length > 0 || deferred > 0) logger.log("debug", "upstream tick", { ...summary });
@@ -109,6 +115,7 @@ export async function recordReport(
   report: CheckReport,
   logger: Logger,
   where: { source: "local" | "node"; nodeId?: string },
+  storage?: StorageWatch,
 ): Promise<void> {
   try {
     const outcome = await monitor.record(report);
@@ -135,6 +142,7 @@ export async function recordReport(
       logger.log("debug", "upstream echoes ignored", { ...fields, echoes: outcome.echoes });
     }
   } catch (err) {
+    storage?.observe(err, "upstream report");
     logger.warn("upstream report not recorded; the check is repeated at a later tick", {
       ...where,
       linkId: report.linkId,

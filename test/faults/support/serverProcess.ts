@@ -78,6 +78,8 @@ export interface StartOptions {
   args?: string[];
   /** Give up waiting for readiness after this long. Default 30 s. */
   readyTimeoutMs?: number;
+  /** Ready when health answers SERVING (default), or when it answers at all ("answering"). */
+  readyWhen?: "serving" | "answering";
 }
 
 export async function startServerProcess(options: StartOptions): Promise<ServerProcess> {
@@ -101,7 +103,7 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
   const url = `http://127.0.0.1:${options.port}`;
   let gone = false;
   void exited.then(() => (gone = true));
-  await waitServing(url, () => gone, options.readyTimeoutMs ?? 30_000).catch((err: Error) => {
+  await waitServing(url, () => gone, options.readyTimeoutMs ?? 30_000, options.readyWhen === "answering").catch((err: Error) => {
     child.kill("SIGKILL");
     throw new Error(`${err.message}; server output: ${output}`);
   });
@@ -130,7 +132,7 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
  * probed with bare TCP connects first (every few ms, cheap), since the server listens
  * only once the database is open, recovered and pruned.
  */
-async function waitServing(url: string, gone: () => boolean, timeoutMs: number): Promise<void> {
+export async function waitServing(url: string, gone: () => boolean, timeoutMs: number, anyStatus = false): Promise<void> {
   const { hostname, port } = new URL(url);
   const deadline = performance.now() + timeoutMs;
   const listening = () =>
@@ -151,7 +153,7 @@ async function waitServing(url: string, gone: () => boolean, timeoutMs: number):
   const health = createClient(Health, createGrpcTransport({ baseUrl: url }));
   for (;;) {
     const res = await health.check({ service: "" }, { timeoutMs: 5000 });
-    if (res.status === HealthCheckResponse_ServingStatus.SERVING) return;
+    if (anyStatus || res.status === HealthCheckResponse_ServingStatus.SERVING) return;
     if (performance.now() > deadline) throw new Error(`server at ${url} not SERVING after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 5));
   }

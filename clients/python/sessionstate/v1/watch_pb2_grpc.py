@@ -48,7 +48,10 @@ class WatchServiceServicer(object):
 
     def Watch(self, request, context):
         """Registers an explicit watch, starting at the target's current stateVersion.
-        Re-registering an existing watch leaves its cursor untouched.
+        Re-registering an existing watch leaves its cursor untouched. A target holds at most
+        the server's --max-watchers-per-target cursors (default 10,000): a new watch beyond that
+        answers RESOURCE_EXHAUSTED naming the limit. (A spawn's implicit cursor is always
+        created: a child has one parent, so spawns add at most one cursor beyond the limit.)
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -62,7 +65,7 @@ class WatchServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ListWatchCursors(self, request, context):
-        """Cursors held by a watcher, or held on a target.
+        """Cursors held by a watcher, or held on a target, one page at a time.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
