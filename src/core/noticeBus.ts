@@ -2,6 +2,7 @@
  * In-process fan-out of freshly queued notices to live subscribers. Durable truth stays in
  * the cursors: a subscriber that misses something here gets it again on re-subscribe.
  */
+import { NO_METRICS, type CoreMetrics } from "./metrics.js";
 import type { Notice } from "./model.js";
 import type { WatcherSelector } from "./store.js";
 import { watcherAgentId } from "./keys.js";
@@ -16,6 +17,8 @@ interface Subscription {
 
 export class NoticeBus {
   private readonly byAgent = new Map<string, Set<Subscription>>();
+
+  constructor(private readonly metrics: CoreMetrics = NO_METRICS) {}
 
   /** Returns the function that ends the subscription. */
   subscribe(selector: WatcherSelector, listener: NoticeListener): () => void {
@@ -43,6 +46,8 @@ export class NoticeBus {
   }
 
   publish(notices: readonly Notice[]): void {
+    if (notices.length === 0) return;
+    const started = performance.now();
     for (const notice of notices) {
       const subs = this.byAgent.get(watcherAgentId(notice.watcherKey) ?? "");
       if (!subs) continue;
@@ -51,6 +56,8 @@ export class NoticeBus {
         sub.listener(notice);
       }
     }
+    this.metrics.noticesQueued(notices.length);
+    this.metrics.noticesFannedOut((performance.now() - started) / 1000);
   }
 
   get subscriberCount(): number {

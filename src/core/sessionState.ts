@@ -27,6 +27,7 @@ import type {
   SessionRecord,
   WatchCursor,
 } from "./model.js";
+import { NO_METRICS, type CoreMetrics } from "./metrics.js";
 import { NoticeBus, type NoticeListener } from "./noticeBus.js";
 import { ServiceClock } from "./serviceClock.js";
 import { clampOccurredAt, DAY_MS } from "./signalLog.js";
@@ -102,12 +103,15 @@ export interface SessionStateOptions {
    */
   monotonic?: () => number;
   retention?: RetentionPolicy;
+  /** Where the domain figures go (src/core/metrics.ts); default nowhere. */
+  metrics?: CoreMetrics;
 }
 
 export class SessionState {
   readonly store: StateStore;
-  readonly notices = new NoticeBus();
+  readonly notices: NoticeBus;
   readonly retention: RetentionPolicy;
+  readonly metrics: CoreMetrics;
   private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
 
@@ -119,6 +123,8 @@ export class SessionState {
     );
     this.clock = () => this.serviceClock.now();
     this.retention = options.retention ?? DEFAULT_RETENTION;
+    this.metrics = options.metrics ?? NO_METRICS;
+    this.notices = new NoticeBus(this.metrics);
   }
 
   now(): number {
@@ -133,6 +139,7 @@ export class SessionState {
     // Validate the whole batch first: a rejected request writes nothing.
     const drafts = inputs.map((input, i) => this.draftOf(input, `events[${i}]`, now));
     const { outcomes, notices } = await this.store.appendEvents(drafts, now);
+    this.metrics.eventsAppended(outcomes.length, outcomes.filter((o) => o.recorded && !o.duplicate).length);
     this.notices.publish(notices);
     return outcomes;
   }
@@ -187,7 +194,9 @@ export class SessionState {
   }
 
   async pruneSignalLog(): Promise<PruneReport> {
-    return this.store.pruneSignalLog(this.retention, this.serviceClock.ageNow());
+    const report = await this.store.pruneSignalLog(this.retention, this.serviceClock.ageNow());
+    this.metrics.pruned(report.removedEvents, report.removedCursors);
+    return report;
   }
 
   // ---- Session registry ----------------------------------------------------------------------

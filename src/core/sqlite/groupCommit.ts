@@ -7,6 +7,7 @@
  * back only after the shared COMMIT, so an answered write is exactly as durable as before.
  */
 import type Database from "better-sqlite3";
+import { NO_METRICS, type CoreMetrics } from "../metrics.js";
 
 interface Pending<I, O> {
   input: I;
@@ -19,7 +20,7 @@ export class GroupCommit<I, O> {
   private readonly runGroup: Database.Transaction<(group: Pending<I, O>[]) => ({ output: O } | { error: unknown })[]>;
 
   /** `unit` does the work of one input; it runs in a savepoint of its own inside the group. */
-  constructor(db: Database.Database, unit: (input: I) => O) {
+  constructor(db: Database.Database, unit: (input: I) => O, private readonly metrics: CoreMetrics = NO_METRICS) {
     // Nested in the group's transaction, a better-sqlite3 transaction is a savepoint.
     const isolated = db.transaction(unit);
     this.runGroup = db.transaction((group: Pending<I, O>[]) =>
@@ -49,6 +50,7 @@ export class GroupCommit<I, O> {
     const group = this.queue;
     if (group.length === 0) return;
     this.queue = [];
+    this.metrics.groupCommitted(group.length);
     let results: ({ output: O } | { error: unknown })[];
     try {
       results = this.runGroup.immediate(group);

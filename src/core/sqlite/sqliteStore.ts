@@ -22,6 +22,7 @@ import { NOTIFY_ELIGIBLE } from "../model.js";
 import { ackNotice, isPending, noticeFor, onMaterialEvent, recoverPending, watcherIsChild } from "../noticeProtocol.js";
 import { historyGapFor, humanTurnGate } from "../signalLog.js";
 import { GroupCommit } from "./groupCommit.js";
+import { NO_METRICS, type CoreMetrics } from "../metrics.js";
 import type {
   AckInput,
   AckOutcome,
@@ -61,13 +62,13 @@ export class SqliteStateStore implements StateStore {
   private readonly appendTransaction: Database.Transaction<(drafts: EventDraft[], now: number) => { outcomes: AppendOutcome[]; notices: Notice[] }>;
   private readonly appendGroup: GroupCommit<{ drafts: EventDraft[]; now: number }, { outcomes: AppendOutcome[]; notices: Notice[] }>;
 
-  constructor(private readonly db: Database.Database) {
+  constructor(private readonly db: Database.Database, metrics: CoreMetrics = NO_METRICS) {
     this.appendTransaction = db.transaction((drafts: EventDraft[], now: number) => {
       const notices: Notice[] = [];
       const outcomes = drafts.map((draft) => this.appendOne(draft, now, notices));
       return { outcomes, notices };
     });
-    this.appendGroup = new GroupCommit(db, ({ drafts, now }) => this.appendEventsNow(drafts, now));
+    this.appendGroup = new GroupCommit(db, ({ drafts, now }) => this.appendEventsNow(drafts, now), metrics);
     const p = (sql: string) => db.prepare(sql);
     this.stmt = {
       eventByDedupe: p(

@@ -72,6 +72,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
         for (const notice of await core.pendingNotices(selector)) {
           replayed.add(noticeId(notice));
           yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(notice) } });
+          core.metrics.noticesDelivered(1);
         }
         yield create(StreamNoticesResponseSchema, {
           message: { case: "replayComplete", value: { pending: replayed.size } },
@@ -95,6 +96,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
           }
           if (replayed.delete(noticeId(next.item))) continue;
           yield create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(next.item) } });
+          core.metrics.noticesDelivered(1);
         }
       } finally {
         clearTimeout(stalledReset);
