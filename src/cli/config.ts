@@ -40,6 +40,15 @@ export const SETTINGS: Setting[] = [
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
   { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of regular expressions", default: "[]" },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
+  { flag: "max-streams-per-connection", env: "SESSIONSTATE_MAX_STREAMS_PER_CONNECTION", description: "Streams one HTTP/2 connection may have open at once", default: String(DEFAULTS.maxStreamsPerConnection) },
+  { flag: "max-inflight-request-bytes", env: "SESSIONSTATE_MAX_INFLIGHT_REQUEST_BYTES", description: "Bytes of request bodies held in flight across the server (beyond: RESOURCE_EXHAUSTED)", default: String(DEFAULTS.maxInflightRequestBytes) },
+  { flag: "request-body-timeout", env: "SESSIONSTATE_REQUEST_BODY_TIMEOUT_S", description: "Seconds a request body (or one message of a stream) has to arrive whole", default: String(DEFAULTS.requestBodyTimeoutMs / 1000) },
+  { flag: "max-json-depth", env: "SESSIONSTATE_MAX_JSON_DEPTH", description: "Deepest nesting of a JSON request message", default: String(DEFAULTS.maxJsonDepth) },
+  { flag: "handshake-timeout", env: "SESSIONSTATE_HANDSHAKE_TIMEOUT_S", description: "Seconds a new connection has to send the HTTP/2 preface or an HTTP/1.1 request head", default: String(DEFAULTS.handshakeTimeoutMs / 1000) },
+  { flag: "idle-timeout", env: "SESSIONSTATE_IDLE_TIMEOUT_S", description: "Seconds a connection with no request in progress stays open (0 = no limit)", default: String(DEFAULTS.idleTimeoutMs / 1000) },
+  { flag: "cors-origins", env: "SESSIONSTATE_CORS_ORIGINS", description: "Browser origins allowed by CORS, comma-separated (* = any). None = CORS off", default: "" },
+  { flag: "metrics-host", env: "SESSIONSTATE_METRICS_HOST", description: "Interface of the metrics listener (with --metrics-port)", default: "127.0.0.1" },
+  { flag: "metrics-port", env: "SESSIONSTATE_METRICS_PORT", description: "Serve /metrics on this port, without a token, instead of on the main port. None = main port", default: "" },
 ];
 
 export class ConfigError extends Error {}
@@ -58,11 +67,28 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     }
     return n;
   };
+  // Seconds, fractions allowed (short limits for tests), as milliseconds.
+  const seconds = (flag: string, min: number, max: number): number => {
+    const raw = value(flag);
+    const n = Number(raw);
+    if (!/^\d+(\.\d+)?$/.test(raw) || n < min || n > max) {
+      throw new ConfigError(`--${flag}: expected a number of seconds from ${min} to ${max}, got "${raw}"`);
+    }
+    return Math.round(n * 1000);
+  };
   const oneOf = <T extends string>(flag: string, allowed: readonly T[]): T => {
     const raw = value(flag);
     if (!allowed.includes(raw as T)) throw new ConfigError(`--${flag}: expected one of ${allowed.join(", ")}, got "${raw}"`);
     return raw as T;
   };
+  const readMaxBytes = int("max-request-bytes", 1024, 64 * 1024 * 1024);
+  const maxInflightRequestBytes = int("max-inflight-request-bytes", 1024, 16 * 1024 * 1024 * 1024);
+  if (maxInflightRequestBytes < readMaxBytes) {
+    throw new ConfigError(
+      `--max-inflight-request-bytes: ${maxInflightRequestBytes} is less than --max-request-bytes (${readMaxBytes}), so the largest request could never be read`,
+    );
+  }
+  const metricsPort = value("metrics-port");
   return {
     host: value("host"),
     port: int("port", 0, 65535),
@@ -71,7 +97,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
-    readMaxBytes: int("max-request-bytes", 1024, 64 * 1024 * 1024),
+    readMaxBytes,
     logLevel: oneOf<LogLevel>("log-level", ["debug", "info", "warn", "error"]),
     tokens: tokenFile(value("tokens")),
     insecure: oneOf("insecure", ["true", "false"]) === "true",
@@ -79,7 +105,34 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamIntervalMs: int("upstream-interval", 50, 3_600_000),
     upstreamRoot: upstreamRoot(value("upstream-root")),
     redactPatterns: redactPatterns(value("redact-patterns")),
+    maxStreamsPerConnection: int("max-streams-per-connection", 1, 10_000),
+    maxInflightRequestBytes,
+    requestBodyTimeoutMs: seconds("request-body-timeout", 0.05, 3600),
+    maxJsonDepth: int("max-json-depth", 8, 10_000),
+    handshakeTimeoutMs: seconds("handshake-timeout", 0.05, 600),
+    idleTimeoutMs: seconds("idle-timeout", 0, 86_400),
+    corsOrigins: corsOrigins(value("cors-origins")),
+    metricsListener: metricsPort === "" ? undefined : { host: value("metrics-host"), port: int("metrics-port", 0, 65535) },
   };
+}
+
+/** Comma-separated origins (scheme://host[:port], no path) or "*". */
+function corsOrigins(raw: string): string[] | undefined {
+  if (raw.trim() === "") return undefined;
+  const origins = raw.split(",").map((o) => o.trim()).filter((o) => o !== "");
+  for (const origin of origins) {
+    if (origin === "*") continue;
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(origin);
+    } catch {
+      // Reported below.
+    }
+    if (!parsed || parsed.origin !== origin) {
+      throw new ConfigError(`--cors-origins: "${origin}" is not an origin; expected scheme://host[:port] with no path or trailing slash, or *`);
+    }
+  }
+  return origins;
 }
 
 /** A JSON array of regular expressions, each compiled now so a bad one fails at start-up. */

@@ -16,7 +16,7 @@ import { InsecureBindError } from "../server/auth/exposure.js";
 import { TokenFile } from "../server/auth/tokens.js";
 import { bearerToken } from "../client/bearer.js";
 import { ConfigError, serverConfig, SETTINGS } from "./config.js";
-import { reloadTokensOnSighup, tokenCommand } from "./tokens.js";
+import { ignoreSighup, reloadTokensOnSighup, tokenCommand } from "./tokens.js";
 import { runNodeCommand } from "../upstream/nodeAgent.js";
 
 const USAGE = `Usage: sessionstate <command> [options]
@@ -72,8 +72,9 @@ async function serve(args: string[]): Promise<number> {
   const { values } = parseArgs({ args, options, strict: true });
   const config = serverConfig(values as Record<string, string | boolean | undefined>, process.env);
   const logger = createLogger({ level: config.logLevel });
+  // Before the start: SIGHUP's default action would end the process while it opens the database.
+  const stopReloading = config.tokens instanceof TokenFile ? reloadTokensOnSighup(config.tokens, logger) : ignoreSighup(logger);
   const server = await startServer({ ...config, logger });
-  const stopReloading = config.tokens instanceof TokenFile ? reloadTokensOnSighup(config.tokens, logger) : undefined;
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       logger.info("stopping", { signal });
@@ -82,7 +83,7 @@ async function serve(args: string[]): Promise<number> {
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
   });
-  stopReloading?.();
+  stopReloading();
   await server.close();
   return 0;
 }

@@ -1,16 +1,16 @@
 /**
- * Server assembly: one h2c port serving Connect, gRPC and gRPC-Web over the embedded
- * SQLite core, with pruning on a timer and a graceful stop.
+ * Server assembly: one port serving Connect, gRPC and gRPC-Web (HTTP/2 and HTTP/1.1) over
+ * the embedded SQLite core, behind the front door (src/server/http: protocol sniffing,
+ * connection and request-body limits, authorization from the headers, probes, metrics),
+ * with pruning on a timer and a graceful stop.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
 import { HealthCheckResponse_ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { setMaxListeners } from "node:events";
-import http2 from "node:http2";
-import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { openDatabase, type Synchronous } from "../core/sqlite/database.js";
 import { SqliteStateStore } from "../core/sqlite/sqliteStore.js";
+import { sqliteGauges } from "../core/sqlite/gauges.js";
 import { SqliteSettingsStore } from "../core/sqlite/settingsStore.js";
 import { SqliteTranscriptStore } from "../core/sqlite/transcriptStore.js";
 import { SessionTools } from "../core/sessionTools.js";
@@ -18,15 +18,15 @@ import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/store.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
 import { SqliteUpstreamStore } from "../core/upstream/sqliteUpstreamStore.js";
-import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { HealthStatus } from "./health.js";
 import { PRODUCT_SERVICES, routes } from "./routes.js";
 import { checkExposure, type Exposure } from "./auth/exposure.js";
-import { authorization } from "./auth/interceptor.js";
 import type { Authenticator } from "./auth/tokens.js";
-import { createTlsServer, type TlsOptions } from "./tls.js";
+import type { TlsOptions } from "./tls.js";
+import { openFrontDoor } from "./http/frontDoor.js";
+import { ServerMetrics } from "./http/metrics.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
 import { NodeHub } from "./upstream/nodeHub.js";
 
@@ -66,6 +66,22 @@ export interface ServerOptions {
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
   upstreamRoot?: string;
+  /** Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); default 100. */
+  maxStreamsPerConnection?: number;
+  /** Bytes of request bodies held in flight across the server; beyond it RESOURCE_EXHAUSTED. Default 64 MiB. */
+  maxInflightRequestBytes?: number;
+  /** A unary body, or one message of a stream, must arrive whole within this; default 30 s. */
+  requestBodyTimeoutMs?: number;
+  /** Deepest nesting of a JSON request message; default 64. */
+  maxJsonDepth?: number;
+  /** A connection must send the HTTP/2 preface or an HTTP/1.1 request head within this; default 10 s. */
+  handshakeTimeoutMs?: number;
+  /** A connection with no request in progress is closed after this; 0 = never. Default 120 s. */
+  idleTimeoutMs?: number;
+  /** Browser origins allowed by CORS ("*" = any); absent or empty = CORS off. */
+  corsOrigins?: string[];
+  /** Serve /metrics (and the probes) on this listener, without a token, instead of on the main port. */
+  metricsListener?: { host: string; port: number };
 }
 
 export interface RunningServer {
@@ -74,6 +90,8 @@ export interface RunningServer {
   readonly core: SessionState;
   /** The session tools (transcripts, visibility, patch, groups) over the same database. */
   readonly tools: SessionTools;
+  /** The separate metrics listener's URL, when one was asked for. */
+  readonly metricsUrl?: string;
   /** Stops accepting, lets in-flight calls finish (streams end with UNAVAILABLE), closes the database. */
   close(): Promise<void>;
 }
@@ -88,6 +106,12 @@ export const DEFAULTS = {
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
+  maxStreamsPerConnection: 100,
+  maxInflightRequestBytes: 64 * 1024 * 1024,
+  requestBodyTimeoutMs: 30_000,
+  maxJsonDepth: 64,
+  handshakeTimeoutMs: 10_000,
+  idleTimeoutMs: 120_000,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -98,12 +122,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
   const db = openDatabase({ path: databasePath, synchronous: options.synchronous });
-  const stateStore = new SqliteStateStore(db);
+  const metrics = new ServerMetrics();
+  const stateStore = new SqliteStateStore(db, metrics);
   const core = new SessionState({
     store: stateStore,
     clock: options.clock,
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
+    metrics,
   });
   const transcripts = new SqliteTranscriptStore(db);
   const tools = new SessionTools({
@@ -141,42 +167,46 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Every in-flight call links its own signal to this one: more than 10 at once is normal load,
   // not the listener leak Node would warn about (MaxListenersExceededWarning).
   setMaxListeners(0, shutdown.signal);
-  const handler = connectNodeAdapter({
+
+  let phase: "starting" | "serving" | "stopping" = "starting";
+  const ping = db.prepare("SELECT 1").pluck();
+  const door = await openFrontDoor({
+    host: options.host ?? DEFAULTS.host,
+    port: options.port ?? DEFAULTS.port,
+    tls: options.tls,
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
     }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger }),
-    interceptors: [errorMapping(logger), ...(options.tokens ? [authorization(options.tokens, logger)] : [])],
-    readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
-    writeMaxBytes: 16 * 1024 * 1024,
+    interceptors: [errorMapping(logger)],
     shutdownSignal: shutdown.signal,
-    // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts).
-    contextValues: callTransportContext,
+    tokens: options.tokens,
+    limits: {
+      maxStreamsPerConnection: options.maxStreamsPerConnection ?? DEFAULTS.maxStreamsPerConnection,
+      maxInflightRequestBytes: options.maxInflightRequestBytes ?? DEFAULTS.maxInflightRequestBytes,
+      requestBodyTimeoutMs: options.requestBodyTimeoutMs ?? DEFAULTS.requestBodyTimeoutMs,
+      maxJsonDepth: options.maxJsonDepth ?? DEFAULTS.maxJsonDepth,
+      handshakeTimeoutMs: options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs,
+      idleTimeoutMs: options.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
+      readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
+      writeMaxBytes: 16 * 1024 * 1024,
+    },
+    corsOrigins: options.corsOrigins ?? [],
+    // Ready once started and until stopping, while the database answers a trivial query.
+    readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => void ping.get() },
+    metrics,
+    metricsListener: options.metricsListener,
+    logger,
   });
-  const server = options.tls ? createTlsServer(handler, options.tls) : http2.createServer(handler);
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (s) => {
-    sessions.add(s);
-    s.once("close", () => sessions.delete(s));
+  metrics.observeService({
+    streamSubscribers: () => core.notices.subscriberCount,
+    connectedNodes: () => nodes.connections().length,
+    store: sqliteGauges(db),
+    databasePath: databasePath === ":memory:" ? undefined : databasePath,
   });
-  // A destroyed HTTP/2 session can leave its socket open while a client keeps a stream
-  // unread; the grace deadline ends the sockets themselves.
-  const sockets = new Set<Socket>();
-  server.on("connection", (socket: Socket) => {
-    sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
-  });
-
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port ?? DEFAULTS.port, options.host ?? DEFAULTS.host, () => {
-      server.off("error", reject);
-      resolve();
-    });
-  });
-  const address = server.address() as AddressInfo;
-  const url = `${options.tls ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
-  logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"] });
+  const url = door.url;
+  logger.info("serving", { url, databasePath, protocols: ["connect", "grpc", "grpc-web"], http: ["1.1", "2"] });
+  if (door.metricsUrl) logger.info("serving metrics", { url: `${door.metricsUrl}/metrics` });
   logExposure(logger, exposure.kind, url, options.tokens);
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
@@ -185,29 +215,25 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
+  phase = "serving";
+
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
+      phase = "stopping";
       clearInterval(pruneTimer);
       const upstreamStopped = upstreamLoop.stop();
       health.shutdown();
       // Handler signals abort: notice streams end with UNAVAILABLE so clients reconnect.
       shutdown.abort(new ConnectError("server is shutting down", Code.Unavailable));
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const s of sessions) s.close();
       const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
-      const timer = setTimeout(() => {
-        for (const s of sessions) s.destroy();
-        for (const socket of sockets) socket.destroy();
-      }, grace);
-      await closed;
-      clearTimeout(timer);
+      await door.close(grace);
       await upstreamStopped;
       core.close();
       logger.info("stopped", { url });
     })());
 
-  return { port: address.port, url, core, tools, close };
+  return { port: door.port, url, metricsUrl: door.metricsUrl, core, tools, close };
 }
 
 function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {
