@@ -67,7 +67,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     let response: UniversalServerResponse | undefined;
     let errorBody: Uint8Array | undefined;
     let guard: RequestBodyGuard | undefined;
-    res.once("finish", () => stopReading(req));
+    stopReadingOnceAnswered(req, res);
     res.once("close", () => {
       guard?.release();
       const code = record.code ?? (response && codeOfResponse(response, errorBody)) ?? (res.writableFinished ? OK : Code.Canceled);
@@ -163,16 +163,28 @@ function limitOf(code: Code): "inflight_request_bytes" | "request_body_timeout" 
   return code === Code.ResourceExhausted ? "inflight_request_bytes" : code === Code.DeadlineExceeded ? "request_body_timeout" : "json_depth";
 }
 
-/** The response is complete: refuse whatever of the request body is still coming. */
-function stopReading(req: NodeRequest): void {
-  if (req.complete) return;
+/** Once the response is complete, refuses whatever of the request body is still coming. */
+function stopReadingOnceAnswered(req: NodeRequest, res: NodeResponse): void {
   if ("stream" in req) {
     const stream = req.stream;
-    // After the response's last frame: a server may end a request it no longer needs (RFC 9113 §8.1).
-    if (!stream.destroyed && !stream.closed) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+    // "finish": everything is handed to HTTP/2. The refusal (RST_STREAM NO_ERROR, which a server
+    // may send after a complete response, RFC 9113 §8.1) must not overtake the last frames, so it
+    // waits until the stream's own side is closed (END_STREAM sent), or a second at most.
+    stream.once("finish", () => {
+      const since = performance.now();
+      const refuse = () => {
+        if (stream.destroyed || stream.closed || stream.state.remoteClose) return;
+        if (stream.state.localClose || performance.now() - since > 1000) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+        else setTimeout(refuse, 5).unref();
+      };
+      refuse();
+    });
     return;
   }
-  // The response said "Connection: close"; a client that keeps sending is cut.
-  const socket = req.socket;
-  setTimeout(() => socket.destroy(), 1000).unref();
+  res.once("finish", () => {
+    if (req.complete) return;
+    // The response said "Connection: close"; a client that keeps sending is cut.
+    const socket = req.socket;
+    setTimeout(() => socket.destroy(), 1000).unref();
+  });
 }
