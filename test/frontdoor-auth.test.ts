@@ -70,12 +70,19 @@ describe("a call without a valid token is answered from its headers", () => {
   });
 
   it("Connect streaming: an end-stream message carrying the error", async () => {
-    const a = await headersOnly(STREAM, { "content-type": "application/connect+json", "connect-protocol-version": "1" });
+    const headers = { "content-type": "application/connect+json", "connect-protocol-version": "1" };
+    const a = await headersOnly(STREAM, headers);
     expect(a.status).toBe(200);
     expect(a.headers["content-type"]).toBe("application/connect+json");
     const end = envelope(a.body);
     expect(end.flags).toBe(0b10);
     expect(JSON.parse(end.payload).error).toEqual({ code: "unauthenticated", message: "missing credentials: send the header Authorization: Bearer <token>" });
+    // A reader may never stream notices: refused before its request message is read.
+    const reader = await headersOnly(STREAM, { ...headers, authorization: `Bearer ${SECRETS.reader}` });
+    expect(JSON.parse(envelope(reader.body).payload).error).toMatchObject({
+      code: "permission_denied",
+      message: expect.stringMatching(/^token "dashboard" has role reader/),
+    });
   });
 
   it("gRPC: status 16 in the trailers", async () => {
@@ -105,15 +112,13 @@ describe("a call without a valid token is answered from its headers", () => {
 });
 
 describe("a role that may never make the call is refused from the headers", () => {
-  it("a reader calling an act RPC, a node token calling a gateway RPC: PERMISSION_DENIED before the body", async () => {
+  it("a reader calling an act RPC, a node token calling a gateway RPC: PERMISSION_DENIED before the body; scope after it", async () => {
     const reader = await headersOnly(APPEND, { "content-type": "application/json", authorization: `Bearer ${SECRETS.reader}` });
     expect(reader.status).toBe(403);
     expect(JSON.parse(reader.body.toString()).message).toMatch(/^token "dashboard" has role reader, which only reads .* needs a token with role gateway or admin$/);
     const node = await headersOnly(STATUS, { "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${SECRETS.node}` });
     expect({ ...node.headers, ...node.trailers }["grpc-status"]).toBe(String(Code.PermissionDenied));
-  });
-
-  it("a role that may make the call gets its scope checked on the decoded request, as before", async () => {
+    // A role that may make the call gets its scope checked on the decoded request, as before.
     const client = createClient(StateService, transportFor(t.url, "connect", { token: SECRETS.gateway }));
     const err = await client.getStatus({ session: { sessionKey: "agent:ops:main" } }).catch((e: unknown) => ConnectError.from(e));
     expect(err).toBeInstanceOf(ConnectError);
