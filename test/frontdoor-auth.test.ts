@@ -6,6 +6,7 @@
  * per peer per window.
  */
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
+import { execFile } from "node:child_process";
 import type http2 from "node:http2";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { StateService } from "../gen/sessionstate/v1/state_pb.js";
@@ -14,6 +15,14 @@ import { DenialLog } from "../src/server/auth/denialLog.js";
 import { generateSecret, hashSecret, TokenTable } from "../src/server/auth/tokens.js";
 import { startTestServer, transportFor, type TestServer } from "./support/harness.js";
 import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
+
+/** execFile with a string on stdin. */
+function run(file: string, args: string[], options: { input: string }): Promise<{ stdout: string }> {
+  return new Promise((resolve, reject) => {
+    const child = execFile(file, args, { maxBuffer: 1 << 20 }, (err, stdout) => (err ? reject(err) : resolve({ stdout })));
+    child.stdin!.end(options.input);
+  });
+}
 
 const SECRETS = { reader: generateSecret(), node: generateSecret(), gateway: generateSecret() };
 const tokens = new TokenTable([
@@ -108,6 +117,18 @@ describe("a call without a valid token is answered from its headers", () => {
     const status = await new Promise<number>((resolve) => call.on("response", (h) => resolve(Number(h[":status"]))));
     call.close();
     expect(status).toBe(401);
+  });
+
+  it("HTTP/1.1 with Expect: 100-continue: the refusal comes instead of 100 Continue, and no body is sent", async () => {
+    const { stdout } = await run("curl", [
+      "-s", "-i", "--max-time", "10",
+      "-H", "content-type: application/json",
+      "-H", "expect: 100-continue",
+      "--data-binary", "@-",
+      `${t.url}${APPEND}`,
+    ], { input: " ".repeat(2_000_000) });
+    expect(stdout).toMatch(/^HTTP\/1\.1 401 Unauthorized\r\n/);
+    expect(stdout).not.toMatch(/100 Continue/);
   });
 });
 

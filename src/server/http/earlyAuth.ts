@@ -13,7 +13,8 @@ import type { DenialSink } from "../auth/interceptor.js";
 import { OPEN_SERVICES, POLICY, type MethodRule } from "../auth/policy.js";
 import type { Authenticator } from "../auth/tokens.js";
 
-export type EarlyDecision = { principal?: Principal } | { refused: ConnectError };
+/** Allowed (with the caller, absent for open services), or refused (with the caller when it is known). */
+export type EarlyDecision = { principal?: Principal } | { refused: ConnectError; principal?: Principal };
 
 export class EarlyAuthorization {
   constructor(
@@ -34,6 +35,6 @@ export class EarlyAuthorization {
     const denial = procedureDenial(principal, procedure, this.policy.get(procedure));
     if (denial === undefined) return { principal };
     this.denials.denied(peer, { procedure, code: "permission_denied", token: principal.name, role: principal.role, reason: denial });
-    return { refused: new ConnectError(denial, Code.PermissionDenied) };
+    return { refused: new ConnectError(denial, Code.PermissionDenied), principal };
   }
 }

@@ -58,12 +58,15 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
       connections.awaitHandshake(socket);
     });
     secure.on("session", (session: http2.ServerHttp2Session) => connections.http2Session(session));
+    secure.on("checkContinue", handler);
     server = secure;
   } else {
     const h2 = http2.createServer({ settings }, handler);
     h2.on("session", (session: http2.ServerHttp2Session) => connections.http2Session(session));
     const h1 = http.createServer(handler);
     h1.keepAliveTimeout = options.limits.idleTimeoutMs;
+    // "Expect: 100-continue" is answered by the handler once the call is allowed (rpcHandler.ts).
+    h1.on("checkContinue", handler);
     server = net.createServer((socket) => {
       connections.accepted(socket);
       sniff(socket, (isHttp2) => {

@@ -84,11 +84,13 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     };
 
     const auth = options.auth?.decide(handler.service.typeName, procedure, req.headers.authorization, record.peer);
+    record.principal = auth?.principal;
     if (auth && "refused" in auth) {
       answer(auth.refused);
       return true;
     }
-    record.principal = auth?.principal;
+    // An HTTP/1.1 client that waits for "100 Continue" gets it only now, for a call that may go on.
+    if (req.headers.expect?.toLowerCase() === "100-continue") res.writeContinue();
 
     let uReq;
     try {
