@@ -45,6 +45,15 @@ export const SETTINGS: Setting[] = [
   { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
   { flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
+  { flag: "max-streams-per-connection", env: "SESSIONSTATE_MAX_STREAMS_PER_CONNECTION", description: "Streams one HTTP/2 connection may have open at once", default: String(DEFAULTS.maxStreamsPerConnection) },
+  { flag: "max-inflight-request-bytes", env: "SESSIONSTATE_MAX_INFLIGHT_REQUEST_BYTES", description: "Bytes of request bodies held in flight across the server (beyond: RESOURCE_EXHAUSTED)", default: String(DEFAULTS.maxInflightRequestBytes) },
+  { flag: "request-body-timeout", env: "SESSIONSTATE_REQUEST_BODY_TIMEOUT_S", description: "Seconds a request body (or one message of a stream) has to arrive whole", default: String(DEFAULTS.requestBodyTimeoutMs / 1000) },
+  { flag: "max-json-depth", env: "SESSIONSTATE_MAX_JSON_DEPTH", description: "Deepest nesting of a JSON request message", default: String(DEFAULTS.maxJsonDepth) },
+  { flag: "handshake-timeout", env: "SESSIONSTATE_HANDSHAKE_TIMEOUT_S", description: "Seconds a new connection has to send the HTTP/2 preface or an HTTP/1.1 request head", default: String(DEFAULTS.handshakeTimeoutMs / 1000) },
+  { flag: "idle-timeout", env: "SESSIONSTATE_IDLE_TIMEOUT_S", description: "Seconds a connection with no request in progress stays open (0 = no limit)", default: String(DEFAULTS.idleTimeoutMs / 1000) },
+  { flag: "cors-origins", env: "SESSIONSTATE_CORS_ORIGINS", description: "Browser origins allowed by CORS, comma-separated (* = any). None = CORS off", default: "" },
+  { flag: "metrics-host", env: "SESSIONSTATE_METRICS_HOST", description: "Interface of the metrics listener (with --metrics-port)", default: "127.0.0.1" },
+  { flag: "metrics-port", env: "SESSIONSTATE_METRICS_PORT", description: "Serve /metrics on this port, without a token, instead of on the main port. None = main port", default: "" },
 ];
 
 export class ConfigError extends Error {}
@@ -65,11 +74,28 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     }
     return n;
   };
+  // Seconds, fractions allowed (short limits for tests), as milliseconds.
+  const seconds = (flag: string, min: number, max: number): number => {
+    const raw = value(flag);
+    const n = Number(raw);
+    if (!/^\d+(\.\d+)?$/.test(raw) || n < min || n > max) {
+      throw new ConfigError(`--${flag}: expected a number of seconds from ${min} to ${max}, got "${raw}"`);
+    }
+    return Math.round(n * 1000);
+  };
   const oneOf = <T extends string>(flag: string, allowed: readonly T[]): T => {
     const raw = value(flag);
     if (!allowed.includes(raw as T)) throw new ConfigError(`--${flag}: expected one of ${allowed.join(", ")}, got "${raw}"`);
     return raw as T;
   };
+  const readMaxBytes = int("max-request-bytes", 1024, 64 * 1024 * 1024);
+  const maxInflightRequestBytes = int("max-inflight-request-bytes", 1024, 16 * 1024 * 1024 * 1024);
+  if (maxInflightRequestBytes < readMaxBytes) {
+    throw new ConfigError(
+      `--max-inflight-request-bytes: ${maxInflightRequestBytes} is less than --max-request-bytes (${readMaxBytes}), so the largest request could never be read`,
+    );
+  }
+  const metricsPort = value("metrics-port");
   return {
     host: value("host"),
     port: int("port", 0, 65535),
@@ -79,7 +105,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
-    readMaxBytes: int("max-request-bytes", 1024, 64 * 1024 * 1024),
+    readMaxBytes,
     logLevel: oneOf<LogLevel>("log-level", ["debug", "info", "warn", "error"]),
     tokens: tokenFile(value("tokens")),
     insecure: oneOf("insecure", ["true", "false"]) === "true",
@@ -89,8 +115,36 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     redactPatterns: redactPatterns(value("redact-patterns")),
     maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
     startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
+    maxStreamsPerConnection: int("max-streams-per-connection", 1, 10_000),
+    maxInflightRequestBytes,
+    requestBodyTimeoutMs: seconds("request-body-timeout", 0.05, 3600),
+    maxJsonDepth: int("max-json-depth", 8, 10_000),
+    handshakeTimeoutMs: seconds("handshake-timeout", 0.05, 600),
+    idleTimeoutMs: seconds("idle-timeout", 0, 86_400),
+    corsOrigins: corsOrigins(value("cors-origins")),
+    metricsListener: metricsPort === "" ? undefined : { host: value("metrics-host"), port: int("metrics-port", 0, 65535) },
   };
 }
+
+/** Comma-separated origins (scheme://host[:port], no path) or "*". */
+function corsOrigins(raw: string): string[] | undefined {
+  if (raw.trim() === "") return undefined;
+  const origins = raw.split(",").map((o) => o.trim()).filter((o) => o !== "");
+  for (const origin of origins) {
+    if (origin === "*") continue;
+    let parsed: URL | undefined;
+    try {
+      parsed = new URL(origin);
+    } catch {
+      // Reported below.
+    }
+    if (!parsed || parsed.origin !== origin) {
+      throw new ConfigError(`--cors-origins: "${origin}" is not an origin; expected scheme://host[:port] with no path or trailing slash, or *`);
+    }
+  }
+  return origins;
+}
+
 
 /** A file path, or a postgres:// URL that parses (its password is never echoed). */
 function database(db: string): string {

@@ -9,7 +9,7 @@ import { startServer } from "../server/server.js";
 import { TokenFile } from "../server/auth/tokens.js";
 import { serverConfig, SETTINGS, type Setting } from "./config.js";
 import type { Action } from "./program.js";
-import { reloadTokensOnSighup } from "./tokens.js";
+import { ignoreSighup, reloadTokensOnSighup } from "./tokens.js";
 
 /** The commander option of one configuration row, with its variable and default in the help. */
 function settingOption(s: Setting): Option {
@@ -38,8 +38,9 @@ export function registerServe(program: Command, done: (action: Action<[]>) => Pr
 async function serve(flags: Record<string, string | boolean | undefined>): Promise<number> {
   const config = serverConfig(flags, process.env);
   const logger = createLogger({ level: config.logLevel });
+  // Before the start: SIGHUP's default action would end the process while it opens the database.
+  const stopReloading = config.tokens instanceof TokenFile ? reloadTokensOnSighup(config.tokens, logger) : ignoreSighup(logger);
   const server = await startServer({ ...config, logger });
-  const stopReloading = config.tokens instanceof TokenFile ? reloadTokensOnSighup(config.tokens, logger) : undefined;
   await new Promise<void>((resolve) => {
     const stop = (signal: string) => {
       logger.info("stopping", { signal });
@@ -48,7 +49,7 @@ async function serve(flags: Record<string, string | boolean | undefined>): Promi
     process.once("SIGTERM", () => stop("SIGTERM"));
     process.once("SIGINT", () => stop("SIGINT"));
   });
-  stopReloading?.();
+  stopReloading();
   await server.close();
   return 0;
 }

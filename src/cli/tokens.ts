@@ -81,3 +81,10 @@ export function reloadTokensOnSighup(tokens: TokenFile, logger: Logger): () => v
   process.on("SIGHUP", reload);
   return () => process.off("SIGHUP", reload);
 }
+
+/** Without a token file SIGHUP has nothing to reload: logged and ignored (its default action would end the process). */
+export function ignoreSighup(logger: Logger): () => void {
+  const ignore = () => logger.warn("SIGHUP ignored: there is no token file (--tokens) to reload");
+  process.on("SIGHUP", ignore);
+  return () => process.off("SIGHUP", ignore);
+}

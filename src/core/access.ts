@@ -75,10 +75,8 @@ export function rolesFor(access: Access): string {
  */
 export function decide(principal: Principal, demand: Demand): string | undefined {
   const who = `token "${principal.name}" has role ${principal.role}`;
-  if (!mayAccess(principal.role, demand.access)) {
-    const grants = GRANTS[principal.role].map((a) => ACCESS_WORDS[a]).join(" and ");
-    return `${who}, which only ${grants}; ${demand.procedure} ${ACCESS_WORDS[demand.access]} and needs a token with role ${rolesFor(demand.access)}`;
-  }
+  const byRole = roleDenial(principal, demand.procedure, demand.access);
+  if (byRole !== undefined) return byRole;
   switch (principal.role) {
     case "gateway":
       return agentScopeDenial(`${who}, which may act for agents [${principal.agentIds.join(", ")}]`, principal.agentIds, demand);
@@ -88,6 +86,16 @@ export function decide(principal: Principal, demand: Demand): string | undefined
     case "reader":
       return undefined;
   }
+}
+
+/**
+ * The part of `decide` that needs only the caller's role and what the call does, not the
+ * request: the server answers it from the headers, before reading the body.
+ */
+export function roleDenial(principal: Principal, procedure: string, access: Access): string | undefined {
+  if (mayAccess(principal.role, access)) return undefined;
+  const grants = GRANTS[principal.role].map((a) => ACCESS_WORDS[a]).join(" and ");
+  return `token "${principal.name}" has role ${principal.role}, which only ${grants}; ${procedure} ${ACCESS_WORDS[access]} and needs a token with role ${rolesFor(access)}`;
 }
 
 function agentScopeDenial(scope: string, allowed: readonly string[], demand: Demand): string | undefined {

@@ -4,6 +4,7 @@
  * on re-subscribe, or when it is woken to re-read (another replica committed notices for
  * its agent, or the process was out of touch with the database).
  */
+import { NO_METRICS, type CoreMetrics } from "./metrics.js";
 import type { Notice } from "./model.js";
 import type { WatcherSelector } from "./storage.js";
 import { watcherAgentId } from "./keys.js";
@@ -22,6 +23,8 @@ interface Subscription {
 
 export class NoticeBus {
   private readonly byAgent = new Map<string, Set<Subscription>>();
+
+  constructor(private readonly metrics: CoreMetrics = NO_METRICS) {}
 
   /** Returns the function that ends the subscription. */
   subscribe(selector: WatcherSelector, listener: NoticeListener, resync?: ResyncListener): () => void {
@@ -49,6 +52,8 @@ export class NoticeBus {
   }
 
   publish(notices: readonly Notice[]): void {
+    if (notices.length === 0) return;
+    const started = performance.now();
     for (const notice of notices) {
       const subs = this.byAgent.get(watcherAgentId(notice.watcherKey) ?? "");
       if (!subs) continue;
@@ -57,6 +62,8 @@ export class NoticeBus {
         sub.listener(notice);
       }
     }
+    this.metrics.noticesQueued(notices.length);
+    this.metrics.noticesFannedOut((performance.now() - started) / 1000);
   }
 
   /**

@@ -6,6 +6,7 @@
 import { PostgresStorage } from "./postgres/storage.js";
 import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
 import { isPostgresUrl } from "./databaseName.js";
+import type { CoreMetrics } from "./metrics.js";
 import type { Storage } from "./storage.js";
 
 export { describeDatabase, isPostgresUrl } from "./databaseName.js";
@@ -16,12 +17,14 @@ export interface OpenStorageOptions {
   synchronous?: Synchronous;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
+  /** Where group-commit sizes go (src/core/metrics.ts). */
+  metrics?: Pick<CoreMetrics, "groupCommitted">;
   log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
 }
 
 export async function openStorage(options: OpenStorageOptions): Promise<Storage> {
   if (isPostgresUrl(options.db)) {
-    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log });
+    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
   }
-  return openSqliteStorage({ path: options.db, synchronous: options.synchronous });
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics });
 }

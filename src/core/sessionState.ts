@@ -34,7 +34,7 @@ import type {
 import type { NoticeListener, ResyncListener } from "./noticeBus.js";
 import type { NoticeSlice } from "./noticeWakeups.js";
 import { DEFAULT_MAX_WATCHERS_PER_TARGET, expireIdleCursors, unwatch, watchAtHead, watchRefusal } from "./cursors.js";
-import type { CoreMetrics } from "./metrics.js";
+import { NO_METRICS, type CoreMetrics, type StoreGauges } from "./metrics.js";
 import {
   ackNotice,
   installFanOut,
@@ -140,6 +140,7 @@ export interface SessionStateOptions {
   retention?: RetentionPolicy;
   /** Most cursors one target may have (SPEC §3.1 explicit watches); default 10,000. */
   maxWatchersPerTarget?: number;
+  /** Where the domain figures go (src/core/metrics.ts); default nowhere. */
   metrics?: CoreMetrics;
   /** Where background failures (a fan-out step) are reported. */
   onBackgroundError?: (err: unknown) => void;
@@ -153,6 +154,7 @@ export class SessionState {
   readonly store: WatchableStore;
   readonly retention: RetentionPolicy;
   readonly maxWatchersPerTarget: number;
+  readonly metrics: CoreMetrics;
   private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
   private readonly stopWakeups: () => void;
@@ -163,7 +165,8 @@ export class SessionState {
       options.monotonic ?? (options.clock ? undefined : () => performance.now()),
     );
     this.clock = () => this.serviceClock.now();
-    this.store = new WatchableStore(options.storage, this.clock, options.metrics, options.onBackgroundError);
+    this.metrics = options.metrics ?? NO_METRICS;
+    this.store = new WatchableStore(options.storage, this.clock, this.metrics, options.onBackgroundError);
     installFanOut(this.store);
     // Another replica committed notices for these agents: local subscribers re-read.
     this.stopWakeups = options.storage.onWakeup((topic, agents) => {
@@ -189,7 +192,7 @@ export class SessionState {
     const now = this.clock();
     // Validate the whole batch first: a rejected request writes nothing.
     const drafts = inputs.map((input, i) => this.draftOf(input, `events[${i}]`, now));
-    return this.store.write(
+    const outcomes = await this.store.write(
       async (ctx) => {
         const outcomes: AppendOutcome[] = [];
         for (const draft of drafts) outcomes.push(await appendEvent(ctx, draft));
@@ -197,6 +200,8 @@ export class SessionState {
       },
       { lock: drafts.map((d) => d.session), group: true },
     );
+    this.metrics.eventsAppended(outcomes.length, outcomes.filter((o) => o.recorded && !o.duplicate).length);
+    return outcomes;
   }
 
   private draftOf(input: AppendEventInput, field: string, now: number): EventDraft {
@@ -267,6 +272,7 @@ export class SessionState {
       if (doomed.length < PRUNE_BATCH) break;
     }
     report.removedCursors = await this.store.write((ctx) => expireIdleCursors(ctx, ageCutoff));
+    this.metrics.pruned(report.removedEvents, report.removedCursors);
     return report;
   }
 
@@ -484,6 +490,14 @@ export class SessionState {
     await this.store.settled();
     const pending = await this.store.read(async (tx) => tx.cursors.countPending());
     return { recovered, pending };
+  }
+
+  /** Figures the metrics endpoint reads when it is scraped (across every replica). */
+  gauges(): StoreGauges {
+    return {
+      pendingNotices: () => this.store.read(async (tx) => tx.cursors.countPending()),
+      upstreamLinksByState: () => this.store.read(async (tx) => tx.upstream.countLinksByStatus()),
+    };
   }
 
   /** The notices of the given cursors as they stand (for listings). */

@@ -309,6 +309,8 @@ export interface UpstreamRows {
   listLinks(filter: LinkFilter): Awaitable<UpstreamLink[]>;
   /** Links whose session some watcher cursor watches, ordered by link id. */
   watchedLinks(): Awaitable<UpstreamLink[]>;
+  /** Link count per last check status ("unchecked" for links never checked). */
+  countLinksByStatus(): Awaitable<Record<string, number>>;
 
   // Check assignments: the monitor's leader hands checks to Nodes through these rows, so a
   // Node may be connected to any replica.

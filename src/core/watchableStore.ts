@@ -97,8 +97,10 @@ export class WatchableStore {
   /** The one publish point: committed notices to local subscribers, then unfinished fan-outs. */
   private publish(ctx: UnitContext): void {
     if (ctx.notices.length > 0) {
+      const started = performance.now();
       this.metrics.noticesQueued(ctx.notices.length);
       this.bus.publish(ctx.notices);
+      this.metrics.noticesFannedOut((performance.now() - started) / 1000);
     }
     for (const f of ctx.fanOuts) this.scheduleFanOut(f.target, f.after);
   }

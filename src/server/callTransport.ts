@@ -17,7 +17,7 @@ export type ResetCall = () => void;
 
 export const resetCallKey = createContextKey<ResetCall | undefined>(undefined, { description: "reset the call's HTTP stream" });
 
-/** connectNodeAdapter's `contextValues`: gives every handler the reset of its own call. */
+/** The RPC handler's `contextValues` (src/server/http/rpcHandler.ts): gives every handler the reset of its own call. */
 export function callTransportContext(req: IncomingMessage | http2.Http2ServerRequest): ContextValues {
   return createContextValues().set(resetCallKey, () => {
     if ("stream" in req && req.stream) {

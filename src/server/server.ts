@@ -1,12 +1,12 @@
 /**
- * Server assembly: one h2c port serving Connect, gRPC and gRPC-Web over the embedded
- * SQLite core, with pruning on a timer and a graceful stop.
+ * Server assembly: one port serving Connect, gRPC and gRPC-Web (HTTP/2 and HTTP/1.1) over
+ * the core and its storage (the embedded SQLite file, or PostgreSQL for replicas), behind
+ * the front door (src/server/http: protocol sniffing, connection and request-body limits,
+ * authorization from the headers, probes, metrics), with the singleton jobs (pruning, the
+ * upstream tick) on their timers and a graceful stop.
  */
 import { Code, ConnectError } from "@connectrpc/connect";
-import { connectNodeAdapter } from "@connectrpc/connect-node";
 import { setMaxListeners } from "node:events";
-import http2 from "node:http2";
-import type { AddressInfo, Socket } from "node:net";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
@@ -16,15 +16,15 @@ import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/signalLog.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
 import { DEFAULT_MAX_WATCHERS_PER_TARGET } from "../core/watcherLimit.js";
-import { callTransportContext } from "./callTransport.js";
 import { errorMapping } from "./errors.js";
 import { createLogger, type Logger } from "./logger.js";
 import { HealthStatus } from "./health.js";
 import { PRODUCT_SERVICES, routes } from "./routes.js";
 import { checkExposure, type Exposure } from "./auth/exposure.js";
-import { authorization } from "./auth/interceptor.js";
 import type { Authenticator } from "./auth/tokens.js";
-import { createTlsServer, type TlsOptions } from "./tls.js";
+import type { TlsOptions } from "./tls.js";
+import { openFrontDoor } from "./http/frontDoor.js";
+import { ServerMetrics } from "./http/metrics.js";
 import { StorageHealth, storageGate } from "./storageHealth.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
 import { NodeHub } from "./upstream/nodeHub.js";
@@ -40,6 +40,14 @@ export interface ServerOptions {
   poolSize?: number;
   /** How often database reachability is checked for health; default 1 s. */
   healthCheckIntervalMs?: number;
+  /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
+  maxWatchersPerTarget?: number;
+  /**
+   * Check the stored data at start-up (SQLite: `PRAGMA quick_check`) when the database is at
+   * most this many bytes; 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING
+   * and refuses writes.
+   */
+  startupCheckMaxBytes?: number;
   synchronous?: Synchronous;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
@@ -65,18 +73,26 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
-  /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
-  maxWatchersPerTarget?: number;
-  /**
-   * Check the stored data at start-up (SQLite: `PRAGMA quick_check`) when the database is at
-   * most this many bytes; 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING
-   * and refuses writes.
-   */
-  startupCheckMaxBytes?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
   upstreamRoot?: string;
+  /** Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); default 100. */
+  maxStreamsPerConnection?: number;
+  /** Bytes of request bodies held in flight across the server; beyond it RESOURCE_EXHAUSTED. Default 64 MiB. */
+  maxInflightRequestBytes?: number;
+  /** A unary body, or one message of a stream, must arrive whole within this; default 30 s. */
+  requestBodyTimeoutMs?: number;
+  /** Deepest nesting of a JSON request message; default 64. */
+  maxJsonDepth?: number;
+  /** A connection must send the HTTP/2 preface or an HTTP/1.1 request head within this; default 10 s. */
+  handshakeTimeoutMs?: number;
+  /** A connection with no request in progress is closed after this; 0 = never. Default 120 s. */
+  idleTimeoutMs?: number;
+  /** Browser origins allowed by CORS ("*" = any); absent or empty = CORS off. */
+  corsOrigins?: string[];
+  /** Serve /metrics (and the probes) on this listener, without a token, instead of on the main port. */
+  metricsListener?: { host: string; port: number };
 }
 
 export interface RunningServer {
@@ -85,6 +101,8 @@ export interface RunningServer {
   readonly core: SessionState;
   /** The session tools (transcripts, visibility, patch, groups) over the same database. */
   readonly tools: SessionTools;
+  /** The separate metrics listener's URL, when one was asked for. */
+  readonly metricsUrl?: string;
   /** Stops accepting, lets in-flight calls finish (streams end with UNAVAILABLE), closes the database. */
   close(): Promise<void>;
 }
@@ -99,6 +117,12 @@ export const DEFAULTS = {
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
+  maxStreamsPerConnection: 100,
+  maxInflightRequestBytes: 64 * 1024 * 1024,
+  requestBodyTimeoutMs: 30_000,
+  maxJsonDepth: 64,
+  handshakeTimeoutMs: 10_000,
+  idleTimeoutMs: 120_000,
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
@@ -111,10 +135,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
+  const metrics = new ServerMetrics();
   const storage = await openStorage({
     db: databasePath,
     synchronous: options.synchronous,
     poolSize: options.poolSize,
+    metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),
   });
   const core = new SessionState({
@@ -123,6 +149,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
     maxWatchersPerTarget: options.maxWatchersPerTarget,
+    metrics,
     onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
   const tools = new SessionTools({ state: core, redactor });
@@ -166,56 +193,62 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     }
   }
   await runPrune(core, storage, storageHealth, logger);
-
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
   const healthTimer = setInterval(() => {
     void storage.ping().then((up) => storageHealth.setReachable(up));
   }, options.healthCheckIntervalMs ?? DEFAULTS.healthCheckIntervalMs).unref();
+
   const shutdown = new AbortController();
   // Every in-flight call links its own signal to this one: more than 10 at once is normal load,
   // not the listener leak Node would warn about (MaxListenersExceededWarning).
   setMaxListeners(0, shutdown.signal);
-  const handler = connectNodeAdapter({
+
+  let phase: "starting" | "serving" | "stopping" = "starting";
+  const door = await openFrontDoor({
+    host: options.host ?? DEFAULTS.host,
+    port: options.port ?? DEFAULTS.port,
+    tls: options.tls,
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
     }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }),
+    interceptors: [errorMapping(logger, storageHealth)],
     // The storage gate runs after authorization, so only an authorized caller learns of the damage.
-    interceptors: [
-      errorMapping(logger, storageHealth),
-      ...(options.tokens ? [authorization(options.tokens, logger)] : []),
-      storageGate(storageHealth),
-    ],
-    readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
-    writeMaxBytes: 16 * 1024 * 1024,
+    afterAuthorization: [storageGate(storageHealth)],
     shutdownSignal: shutdown.signal,
-    // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts).
-    contextValues: callTransportContext,
-  });
-  const server = options.tls ? createTlsServer(handler, options.tls) : http2.createServer(handler);
-  const sessions = new Set<http2.ServerHttp2Session>();
-  server.on("session", (s) => {
-    sessions.add(s);
-    s.once("close", () => sessions.delete(s));
-  });
-  // A destroyed HTTP/2 session can leave its socket open while a client keeps a stream
-  // unread; the grace deadline ends the sockets themselves.
-  const sockets = new Set<Socket>();
-  server.on("connection", (socket: Socket) => {
-    sockets.add(socket);
-    socket.once("close", () => sockets.delete(socket));
-  });
-
-  await new Promise<void>((resolve, reject) => {
-    server.once("error", reject);
-    server.listen(options.port ?? DEFAULTS.port, options.host ?? DEFAULTS.host, () => {
-      server.off("error", reject);
-      resolve();
-    });
+    tokens: options.tokens,
+    limits: {
+      maxStreamsPerConnection: options.maxStreamsPerConnection ?? DEFAULTS.maxStreamsPerConnection,
+      maxInflightRequestBytes: options.maxInflightRequestBytes ?? DEFAULTS.maxInflightRequestBytes,
+      requestBodyTimeoutMs: options.requestBodyTimeoutMs ?? DEFAULTS.requestBodyTimeoutMs,
+      maxJsonDepth: options.maxJsonDepth ?? DEFAULTS.maxJsonDepth,
+      handshakeTimeoutMs: options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs,
+      idleTimeoutMs: options.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
+      readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
+      writeMaxBytes: 16 * 1024 * 1024,
+    },
+    corsOrigins: options.corsOrigins ?? [],
+    // Ready once started and until stopping, while the database answers a trivial query.
+    readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => storage.ping() },
+    metrics,
+    metricsListener: options.metricsListener,
+    logger,
   }).catch(closeAnd(core));
-  const address = server.address() as AddressInfo;
-  const url = `${options.tls ? "https" : "http"}://${address.family === "IPv6" ? `[${address.address}]` : address.address}:${address.port}`;
-  logger.info("serving", { url, db: describeDatabase(databasePath), backend: storage.backend, protocols: ["connect", "grpc", "grpc-web"] });
+  metrics.observeService({
+    streamSubscribers: () => core.notices.subscriberCount,
+    connectedNodes: () => nodes.connections().length,
+    store: core.gauges(),
+    databasePath: storage.backend === "sqlite" && databasePath !== ":memory:" ? databasePath : undefined,
+  });
+  const url = door.url;
+  logger.info("serving", {
+    url,
+    db: describeDatabase(databasePath),
+    backend: storage.backend,
+    protocols: ["connect", "grpc", "grpc-web"],
+    http: ["1.1", "2"],
+  });
+  if (door.metricsUrl) logger.info("serving metrics", { url: `${door.metricsUrl}/metrics` });
   logExposure(logger, exposure.kind, url, options.tokens);
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
@@ -224,30 +257,32 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
+  phase = "serving";
+
   let closing: Promise<void> | undefined;
   const close = () =>
     (closing ??= (async () => {
+      phase = "stopping";
       clearInterval(pruneTimer);
       clearInterval(healthTimer);
       const upstreamStopped = upstreamLoop.stop();
       health.shutdown();
       // Handler signals abort: notice streams end with UNAVAILABLE so clients reconnect.
       shutdown.abort(new ConnectError("server is shutting down", Code.Unavailable));
-      const closed = new Promise<void>((resolve) => server.close(() => resolve()));
-      for (const s of sessions) s.close();
       const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
-      const timer = setTimeout(() => {
-        for (const s of sessions) s.destroy();
-        for (const socket of sockets) socket.destroy();
-      }, grace);
-      await closed;
-      clearTimeout(timer);
+      await door.close(grace);
       await upstreamStopped;
       await core.close();
       logger.info("stopped", { url });
     })());
 
-  return { port: address.port, url, core, tools, close };
+  return { port: door.port, url, metricsUrl: door.metricsUrl, core, tools, close };
+}
+
+function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {
+  if (kind === "authenticated") logger.info("authentication on: bearer tokens required", { url, tokens: tokens!.roles() });
+  else if (kind === "loopback-only") logger.warn("authentication off: no token file, so serving on loopback only", { url });
+  else logger.warn("authentication off on a non-loopback address (--insecure): anyone who reaches the port may do anything", { url });
 }
 
 /** Closes the core, then fails with `err` (a start-up step failed). */
@@ -256,12 +291,6 @@ function closeAnd(core: SessionState) {
     await core.close().catch(() => undefined);
     throw err;
   };
-}
-
-function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {
-  if (kind === "authenticated") logger.info("authentication on: bearer tokens required", { url, tokens: tokens!.roles() });
-  else if (kind === "loopback-only") logger.warn("authentication off: no token file, so serving on loopback only", { url });
-  else logger.warn("authentication off on a non-loopback address (--insecure): anyone who reaches the port may do anything", { url });
 }
 
 /** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7); never on a damaged database. */

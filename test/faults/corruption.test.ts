@@ -143,9 +143,9 @@ async function expectReadsClear(url: string): Promise<Map<string, number>> {
       transcripts.getHistory({ session: { sessionKey: "agent:main:s0" } }),
       transcripts.search({ query: "damaged world" }),
       sessions.listGroups({}),
-    ];
+    ].map(outcome); // handled at once: they run together and may fail before their turn below
     for (const read of reads) {
-      const { code, message } = await outcome(read);
+      const { code, message } = await read;
       const name = code === "ok" ? "ok" : Code[code];
       seen.set(name, (seen.get(name) ?? 0) + 1);
       expect(["ok", "DataLoss", "NotFound"], message).toContain(name);

@@ -23,6 +23,7 @@
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
 import type { SessionId } from "../keys.js";
+import type { CoreMetrics } from "../metrics.js";
 import { describeDatabase } from "../databaseName.js";
 import type { IntegrityReport, Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
@@ -47,6 +48,8 @@ export interface PostgresOptions {
   poolSize?: number;
   /** How long a unit waits for a connection before UNAVAILABLE; default 5 s. */
   connectTimeoutMs?: number;
+  /** Where group-commit sizes go. */
+  metrics?: Pick<CoreMetrics, "groupCommitted">;
   /** Called with a line for the operator's log (reconnects, lost leadership). */
   log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
 }
@@ -270,6 +273,7 @@ export class PostgresStorage implements Storage {
       for (const m of members) this.transaction("BEGIN", m.lock, m.unit).then(m.resolve, m.reject);
       return;
     }
+    this.options.metrics?.groupCommitted(members.length);
     members.forEach((m, i) => m.resolve(values[i]));
   }
 

@@ -99,6 +99,14 @@ export class PgUpstreamRows implements UpstreamRows {
     return rows.map(linkFromRow);
   }
 
+  async countLinksByStatus(): Promise<Record<string, number>> {
+    const rows = await this.c.rows<{ status: string; n: number }>(
+      "upstream.byStatus",
+      `SELECT coalesce(last_status, 'unchecked') AS status, count(*)::bigint AS n FROM upstream_links GROUP BY 1`,
+    );
+    return Object.fromEntries(rows.map((r) => [r.status, r.n]));
+  }
+
   async assignment(linkId: string): Promise<CheckAssignmentRow | undefined> {
     const row = await this.c.one<AssignmentRow>(
       "upstream.assignment",

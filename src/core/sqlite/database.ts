@@ -6,6 +6,7 @@ import Database from "better-sqlite3";
 import { mkdirSync } from "node:fs";
 import { dirname } from "node:path";
 import { resolve } from "node:path";
+import type { CoreMetrics } from "../metrics.js";
 import { acquireProcessLock } from "./processLock.js";
 import { isDamagedFile } from "./storageFaults.js";
 import { migrate } from "./schema.js";
@@ -57,11 +58,11 @@ export function openDatabase(options: DatabaseOptions): Database.Database {
  * The SQLite backend for a serving process: the one-process lock first (a second server on
  * the same file is refused, naming the holder), then the database.
  */
-export function openSqliteStorage(options: DatabaseOptions): SqliteStorage {
+export function openSqliteStorage(options: DatabaseOptions & { metrics?: Pick<CoreMetrics, "groupCommitted"> }): SqliteStorage {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
   const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
   try {
-    return new SqliteStorage(openDatabase(options), { path: options.path, onClose: () => lock?.release() });
+    return new SqliteStorage(openDatabase(options), { path: options.path, metrics: options.metrics, onClose: () => lock?.release() });
   } catch (err) {
     lock?.release();
     // A file too damaged to open (its header gone, its schema corrupt) cannot be served at all.

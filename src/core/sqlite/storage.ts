@@ -16,6 +16,7 @@
 import type Database from "better-sqlite3";
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
+import type { CoreMetrics } from "../metrics.js";
 import type { IntegrityReport, Leadership, Storage, Tx, WriteOptions } from "../storage.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
@@ -36,6 +37,8 @@ export interface SqliteStorageOptions {
   path?: string;
   /** Runs when the connection closes (releases the one-process lock). */
   onClose?: () => void;
+  /** Where group-commit sizes go. */
+  metrics?: Pick<CoreMetrics, "groupCommitted">;
 }
 
 export class SqliteStorage implements Storage {
@@ -159,6 +162,7 @@ export class SqliteStorage implements Storage {
         if (this.db.inTransaction) this.stmt.rollback.run();
         throw err;
       }
+      this.options.metrics?.groupCommitted(members.length);
       results.forEach((r, i) => ("error" in r ? members[i].reject(r.error) : members[i].resolve(r.value)));
     }).catch((err: unknown) => {
       // BEGIN or COMMIT failed (busy, disk full): the whole group rolled back, nothing written.

@@ -26,6 +26,7 @@ export class SqliteUpstreamRows implements UpstreamRows {
         WHERE link_id = @linkId`),
       delete: p(`DELETE FROM upstream_links WHERE link_id = ?`),
       deleteOf: p(`DELETE FROM upstream_links WHERE agent_id = ? AND session_key = ?`),
+      byStatus: p(`SELECT coalesce(last_status, 'unchecked') AS status, count(*) AS n FROM upstream_links GROUP BY 1`),
       assignment: p(`SELECT link_id, node_id, assigned_at, sent_at FROM upstream_assignments WHERE link_id = ?`),
       putAssignment: p(`INSERT INTO upstream_assignments (link_id, node_id, assigned_at, sent_at) VALUES (?, ?, ?, NULL)
         ON CONFLICT (link_id) DO UPDATE SET node_id = excluded.node_id, assigned_at = excluded.assigned_at, sent_at = NULL`),
@@ -111,6 +112,11 @@ export class SqliteUpstreamRows implements UpstreamRows {
 
   watchedLinks(): UpstreamLink[] {
     return (this.stmt.watched.all() as LinkRow[]).map(linkFromRow);
+  }
+
+  countLinksByStatus(): Record<string, number> {
+    const rows = this.stmt.byStatus.all() as { status: string; n: number }[];
+    return Object.fromEntries(rows.map((r) => [r.status, r.n]));
   }
 
   assignment(linkId: string): CheckAssignmentRow | undefined {

@@ -4,57 +4,74 @@
  * unknown token) or PERMISSION_DENIED (a message naming the missing grant or scope); neither
  * the secret nor the header is ever echoed or logged.
  *
+ * The server's front door already refused, from the headers alone, every call without a
+ * valid token or whose role may never make it (src/server/http/earlyAuth.ts, same rules from
+ * credentials.ts); what stays here needs the decoded request: the agent and node scope.
+ *
  * Streams: every request message is checked as the handler reads it. A server-streaming
  * handler reads its one message before it runs, so StreamNotices is authorized on open,
- * before anything is sent; a client or bidi stream is checked message by message.
+ * before anything is sent; a client or bidi stream is checked message by message. Every
+ * authorized stream is registered with `streams`, which ends it when a token reload drops
+ * its token.
  */
 import { Code, ConnectError, createContextKey, type Interceptor } from "@connectrpc/connect";
 import { decide, type Principal } from "../../core/access.js";
-import type { Logger } from "../logger.js";
+import { callRecordKey, peerKey } from "../http/callContext.js";
+import { authenticate, procedureDenial } from "./credentials.js";
+import type { OpenStreams } from "./openStreams.js";
 import { OPEN_SERVICES, POLICY, type MethodRule } from "./policy.js";
 import type { Authenticator } from "./tokens.js";
 
 /** The authenticated caller, for handlers that check more than the request shows (e.g. link ownership). */
 export const principalKey = createContextKey<Principal | undefined>(undefined, { description: "sessionstate principal" });
 
-const BEARER = /^Bearer +([^\s]+) *$/i;
-// RFC 6750: tell the client which scheme to use.
-const CHALLENGE = { "www-authenticate": 'Bearer realm="sessionstate"' };
+/** Where denials are reported: at most a line per peer and window (src/server/auth/denialLog.ts). */
+export interface DenialSink {
+  denied(peer: string, fields: Record<string, unknown>): void;
+}
 
-export function authorization(tokens: Authenticator, logger: Logger, policy: ReadonlyMap<string, MethodRule> = POLICY): Interceptor {
+export function authorization(
+  tokens: Authenticator,
+  denials: DenialSink,
+  streams?: OpenStreams,
+  policy: ReadonlyMap<string, MethodRule> = POLICY,
+): Interceptor {
   return (next) => async (req) => {
-    if (OPEN_SERVICES.has(req.service.typeName)) return next(req);
-    const procedure = `${req.service.typeName}/${req.method.name}`;
-
     const header = req.header.get("authorization");
-    const secret = header === null ? undefined : BEARER.exec(header)?.[1];
-    const principal = secret === undefined ? undefined : tokens.authenticate(secret);
-    if (!principal) {
-      const reason =
-        header === null
-          ? "missing credentials: send the header Authorization: Bearer <token>"
-          : secret === undefined
-            ? "malformed Authorization header: expected Bearer <token>"
-            : "unknown or revoked bearer token";
-      logger.warn("request denied", { procedure, code: "unauthenticated", reason });
-      throw new ConnectError(reason, Code.Unauthenticated, CHALLENGE);
+    if (OPEN_SERVICES.has(req.service.typeName)) {
+      // Open to all; a stream opened with a token still ends when that token is revoked.
+      const credentials = header === null ? undefined : authenticate(header, tokens);
+      if (!streams || !credentials || !("principal" in credentials)) return next(req);
+      const res = await next(req);
+      return res.stream ? { ...res, message: streams.track(credentials.secret, credentials.principal, res.message) } : res;
     }
+    const procedure = `${req.service.typeName}/${req.method.name}`;
+    const peer = req.contextValues.get(peerKey);
+
+    const credentials = authenticate(header, tokens);
+    if ("error" in credentials) {
+      denials.denied(peer, { procedure, code: "unauthenticated", reason: credentials.error.rawMessage });
+      throw credentials.error;
+    }
+    const { principal, secret } = credentials;
+    const record = req.contextValues.get(callRecordKey);
+    if (record) record.principal = principal;
 
     const rule = policy.get(procedure);
     const check = (message: unknown) => {
-      const denial = rule
-        ? decide(principal, {
-            procedure,
-            access: rule.access,
-            agents: "agents" in rule ? () => rule.agents(message as never) : undefined,
-            agentless: "agents" in rule && rule.agentless,
-            nodes: "nodes" in rule ? () => rule.nodes(message as never) : undefined,
-          })
-        : principal.role === "admin"
-          ? undefined
-          : `${procedure} has no access rule yet, so only admin tokens may call it`;
+      const denial =
+        procedureDenial(principal, procedure, rule) ??
+        (rule
+          ? decide(principal, {
+              procedure,
+              access: rule.access,
+              agents: "agents" in rule ? () => rule.agents(message as never) : undefined,
+              agentless: "agents" in rule && rule.agentless,
+              nodes: "nodes" in rule ? () => rule.nodes(message as never) : undefined,
+            })
+          : undefined);
       if (denial === undefined) return;
-      logger.warn("request denied", { procedure, code: "permission_denied", token: principal.name, role: principal.role, reason: denial });
+      denials.denied(peer, { procedure, code: "permission_denied", token: principal.name, role: principal.role, reason: denial });
       throw new ConnectError(denial, Code.PermissionDenied);
     };
 
@@ -63,7 +80,8 @@ export function authorization(tokens: Authenticator, logger: Logger, policy: Rea
       check(req.message);
       return next(req);
     }
-    return next({ ...req, message: checkEach(req.message, check) });
+    const res = await next({ ...req, message: checkEach(req.message, check) });
+    return res.stream && streams ? { ...res, message: streams.track(secret, principal, res.message) } : res;
   };
 }
 

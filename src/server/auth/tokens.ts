@@ -31,6 +31,8 @@ export interface Authenticator {
   authenticate(secret: string): Principal | undefined;
   /** How many tokens of each role are configured (for the start-up log). */
   roles(): Record<Role, number>;
+  /** Calls `listener` after each successful reload (tokens that can change); returns the unsubscribe. */
+  onReload?(listener: () => void): () => void;
 }
 
 /** One entry as it is written in the file. */
@@ -159,6 +161,8 @@ export function checkEntry(raw: unknown, at: string, fail: (where: string, messa
  * file is valid, so a bad edit never locks everyone out or lets anyone in.
  */
 export class TokenFile implements Authenticator {
+  private readonly listeners = new Set<() => void>();
+
   private constructor(
     readonly path: string,
     private table: TokenTable,
@@ -172,7 +176,13 @@ export class TokenFile implements Authenticator {
   /** Re-reads the file. Throws (keeping the current table) when the new file is not valid. */
   reload(): TokenTable {
     this.table = readTable(this.path);
+    for (const listener of this.listeners) listener();
     return this.table;
+  }
+
+  onReload(listener: () => void): () => void {
+    this.listeners.add(listener);
+    return () => this.listeners.delete(listener);
   }
 
   get size(): number {

@@ -79,6 +79,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       const fresh = (n: Notice) => sent.get(pairOf(n)) !== n.changesSince;
       const message = (n: Notice) => {
         sent.set(pairOf(n), n.changesSince);
+        core.metrics.noticesDelivered(1);
         return create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
       };
       try {

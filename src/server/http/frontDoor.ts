@@ -1,0 +1,147 @@
+/**
+ * The front door: everything between a TCP socket and the Connect handlers, plus the
+ * operations endpoints. One port (HTTP/2 and HTTP/1.1, sniffed in cleartext, ALPN with TLS)
+ * whose every request goes, in order, through:
+ *   CORS (a preflight is answered there) → /healthz, /readyz, /metrics → the RPC paths → 404.
+ * Around the RPCs: authorization from the headers, request-body limits, the per-RPC log line
+ * and metrics (rpcHandler.ts); around the connections: the handshake and idle limits
+ * (connections.ts). Optionally a second listener serves only the probes and /metrics.
+ */
+import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import type { TlsOptions } from "../tls.js";
+import type { Logger } from "../logger.js";
+import { callTransportContext } from "../callTransport.js";
+import { DenialLog } from "../auth/denialLog.js";
+import { authorization } from "../auth/interceptor.js";
+import { OpenStreams } from "../auth/openStreams.js";
+import type { Authenticator } from "../auth/tokens.js";
+import { callOutcome, CallLog } from "./callLog.js";
+import { createCors } from "./cors.js";
+import { EarlyAuthorization } from "./earlyAuth.js";
+import { listen, type Listener, type RequestHandler } from "./listener.js";
+import type { ServerMetrics } from "./metrics.js";
+import { createProbes, type Readiness } from "./probes.js";
+import { InFlightBytes } from "./requestBody.js";
+import { createRpcHandler } from "./rpcHandler.js";
+
+export interface FrontDoorLimits {
+  maxStreamsPerConnection: number;
+  maxInflightRequestBytes: number;
+  requestBodyTimeoutMs: number;
+  maxJsonDepth: number;
+  handshakeTimeoutMs: number;
+  idleTimeoutMs: number;
+  /** Largest request message; the RPC layer refuses bigger ones. */
+  readMaxBytes: number;
+  writeMaxBytes: number;
+}
+
+export interface FrontDoorOptions {
+  host: string;
+  port: number;
+  tls?: TlsOptions;
+  routes(router: ConnectRouter): void;
+  /** The service's own interceptors (error mapping); authorization and the call log are added. */
+  interceptors: Interceptor[];
+  /** Interceptors that run after authorization (only authorized callers reach them). */
+  afterAuthorization?: Interceptor[];
+  /** Aborted on stop: handlers end their streams. */
+  shutdownSignal: AbortSignal;
+  /** Absent: no authentication. */
+  tokens?: Authenticator;
+  limits: FrontDoorLimits;
+  /** Browser origins allowed by CORS; empty = CORS off. */
+  corsOrigins: readonly string[];
+  readiness: Readiness;
+  metrics: ServerMetrics;
+  /** Serve the probes and /metrics here (without a token) instead of on the main port. */
+  metricsListener?: { host: string; port: number };
+  logger: Logger;
+}
+
+export interface FrontDoor {
+  readonly port: number;
+  readonly url: string;
+  readonly metricsUrl?: string;
+  /** Stops accepting; requests in progress get `graceMs` to finish. */
+  close(graceMs: number): Promise<void>;
+}
+
+export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoor> {
+  const { tokens, limits, metrics, logger } = options;
+  const denials = new DenialLog(logger);
+  // A token reload ends the open streams of the tokens it removed.
+  const openStreams = new OpenStreams();
+  const stopRevoking = tokens?.onReload?.(() => {
+    const ended = openStreams.revalidate(tokens);
+    if (ended > 0) logger.info("streams of removed tokens ended", { streams: ended });
+  });
+  const budget = new InFlightBytes(limits.maxInflightRequestBytes);
+  const rpc = createRpcHandler({
+    routes: options.routes,
+    interceptors: [
+      callOutcome(),
+      ...options.interceptors,
+      ...(tokens ? [authorization(tokens, denials, openStreams)] : []),
+      ...(options.afterAuthorization ?? []),
+    ],
+    readMaxBytes: limits.readMaxBytes,
+    writeMaxBytes: limits.writeMaxBytes,
+    shutdownSignal: options.shutdownSignal,
+    // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts).
+    contextValues: callTransportContext,
+    auth: tokens ? new EarlyAuthorization(tokens, denials) : undefined,
+    body: { budget, timeoutMs: limits.requestBodyTimeoutMs, maxJsonDepth: limits.maxJsonDepth },
+    calls: new CallLog(logger, metrics),
+    onRefused: (limit) => metrics.refused(limit),
+    logger,
+  });
+  const cors = options.corsOrigins.length > 0 ? [createCors(options.corsOrigins)] : [];
+  const connectionOptions = {
+    limits: { handshakeTimeoutMs: limits.handshakeTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs },
+    maxStreamsPerConnection: limits.maxStreamsPerConnection,
+    onClosed: (reason: string) => metrics.connectionClosed(reason),
+  };
+  const main = await listen({
+    ...connectionOptions,
+    host: options.host,
+    port: options.port,
+    tls: options.tls,
+    handler: route([
+      ...cors,
+      // /metrics here only without a listener of its own (and then, with tokens, for a reader or admin token).
+      createProbes({ readiness: options.readiness, metrics: options.metricsListener ? undefined : metrics, tokens, logger }),
+      rpc,
+    ]),
+  });
+  let side: Listener | undefined;
+  if (options.metricsListener) {
+    side = await listen({
+      ...connectionOptions,
+      ...options.metricsListener,
+      handler: route([createProbes({ readiness: options.readiness, metrics, logger })]),
+    });
+  }
+  metrics.observeFrontDoor({ requestBodyBytesInFlight: () => budget.inUse, connections: () => main.connections.counts() });
+  return {
+    port: main.port,
+    url: main.url,
+    metricsUrl: side?.url,
+    async close(graceMs) {
+      await Promise.all([main.close(graceMs), side?.close(graceMs)]);
+      stopRevoking?.();
+      denials.close();
+    },
+  };
+}
+
+type Part = (req: Parameters<RequestHandler>[0], res: Parameters<RequestHandler>[1]) => boolean;
+
+/** The first part that takes the request answers it; nobody: 404. */
+function route(parts: Part[]): RequestHandler {
+  return (req, res) => {
+    for (const part of parts) if (part(req, res)) return;
+    res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
+    res.end("not found\n");
+  };
+}

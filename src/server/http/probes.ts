@@ -1,0 +1,88 @@
+/**
+ * Plain-HTTP endpoints for orchestrators and monitoring, answered on any HTTP version:
+ * - `GET /healthz`: live — the process answers (200 "ok").
+ * - `GET /readyz`: ready — started, not stopping, and the database answers a trivial query
+ *   (200 "ok"; otherwise 503 with the reason).
+ * - `GET /metrics`: Prometheus text; with a token file, a reader or admin bearer token is
+ *   required (unless the metrics are served on their own listener).
+ */
+import { authenticate } from "../auth/credentials.js";
+import type { Authenticator } from "../auth/tokens.js";
+import type { Logger } from "../logger.js";
+import type { RequestHandler } from "./listener.js";
+import type { ServerMetrics } from "./metrics.js";
+
+type Req = Parameters<RequestHandler>[0];
+type Res = Parameters<RequestHandler>[1];
+
+export interface Readiness {
+  /** Why the server is not ready ("starting", "stopping"), or undefined when it is. */
+  phase(): string | undefined;
+  /** Throws when the database does not answer. */
+  ping(): Promise<boolean>;
+}
+
+export interface ProbeOptions {
+  readiness: Readiness;
+  /** Absent: /metrics is not served here. */
+  metrics?: ServerMetrics;
+  /** With tokens, /metrics needs a reader or admin token. */
+  tokens?: Authenticator;
+  logger: Logger;
+}
+
+/** Returns the handler: true when it answered the request. */
+export function createProbes(options: ProbeOptions): (req: Req, res: Res) => boolean {
+  return (req, res) => {
+    const path = (req.url ?? "").split("?", 1)[0];
+    if (path !== "/healthz" && path !== "/readyz" && path !== "/metrics") return false;
+    if (path === "/metrics" && !options.metrics) return false;
+    if (req.method !== "GET" && req.method !== "HEAD") {
+      text(res, 405, "method not allowed: use GET\n", { allow: "GET, HEAD" });
+      return true;
+    }
+    if (path === "/healthz") text(res, 200, "ok\n");
+    else if (path === "/readyz") void ready(options.readiness, res);
+    else void metrics(options, req, res);
+    return true;
+  };
+}
+
+async function ready(readiness: Readiness, res: Res): Promise<void> {
+  const phase = readiness.phase();
+  if (phase !== undefined) return text(res, 503, `not ready: ${phase}\n`);
+  if (!(await readiness.ping().catch(() => false))) return text(res, 503, "not ready: the database does not answer\n");
+  text(res, 200, "ok\n");
+}
+
+async function metrics(options: ProbeOptions, req: Req, res: Res): Promise<void> {
+  if (options.tokens) {
+    const credentials = authenticate(req.headers.authorization, options.tokens);
+    if ("error" in credentials) {
+      return text(res, 401, `${credentials.error.rawMessage}\n`, { "www-authenticate": 'Bearer realm="sessionstate"' });
+    }
+    const { name, role } = credentials.principal;
+    if (role !== "reader" && role !== "admin") {
+      return text(res, 403, `token "${name}" has role ${role}; GET /metrics needs a token with role reader or admin\n`);
+    }
+  }
+  try {
+    const { contentType, body } = await options.metrics!.render();
+    text(res, 200, body, { "content-type": contentType });
+  } catch (err) {
+    options.logger.error("rendering metrics failed", { error: String(err) });
+    text(res, 500, "metrics unavailable\n");
+  }
+}
+
+function text(res: Res, status: number, body: string, headers: Record<string, string> = {}): void {
+  const bytes = Buffer.from(body, "utf8");
+  res.writeHead(status, {
+    "content-type": "text/plain; charset=utf-8",
+    "content-length": String(bytes.byteLength),
+    "cache-control": "no-store",
+    ...headers,
+  });
+  if (res.req.method === "HEAD") res.end();
+  else res.end(bytes);
+}

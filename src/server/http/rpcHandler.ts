@@ -1,0 +1,192 @@
+/**
+ * The RPC endpoint: Connect, gRPC and gRPC-Web on the routes' paths, over HTTP/1.1 or HTTP/2.
+ * It does what @connectrpc/connect-node's connectNodeAdapter does (route by path, turn the
+ * Node request into a universal request, write the universal response), with the front
+ * door's work around it:
+ * 1. authorization from the headers (earlyAuth.ts) — a refused call is answered in its own
+ *    protocol's framing and its body is never read;
+ * 2. the request-body limits (requestBody.ts) on the bytes the RPC layer reads;
+ * 3. once the response is complete, the rest of an unread body is refused (HTTP/2
+ *    RST_STREAM NO_ERROR, RFC 9113 §8.1; HTTP/1.1 closes the connection);
+ * 4. the per-RPC log line and metrics (callLog.ts).
+ */
+import { createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
+import {
+  compressionBrotli,
+  compressionGzip,
+  universalRequestFromNodeRequest,
+  universalResponseToNodeResponse,
+} from "@connectrpc/connect-node";
+import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { Code, ConnectError } from "@connectrpc/connect";
+import type http from "node:http";
+import http2 from "node:http2";
+import type { Logger } from "../logger.js";
+import { callRecordKey, peerKey, OK, type CallRecord } from "./callContext.js";
+import type { CallLog } from "./callLog.js";
+import type { EarlyAuthorization } from "./earlyAuth.js";
+import { RequestBodyGuard, type BodyLimits, type BodyShape } from "./requestBody.js";
+import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, type RpcProtocol } from "./rpcProtocol.js";
+
+type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
+type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
+
+export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "interceptors" | "readMaxBytes" | "writeMaxBytes" | "shutdownSignal"> {
+  routes(router: ConnectRouter): void;
+  /** Context values of each call (the peer and the call record are added). */
+  contextValues(req: NodeRequest): ContextValues;
+  /** Absent: no authentication (no token file). */
+  auth?: EarlyAuthorization;
+  body: Omit<BodyLimits, "readMaxBytes">;
+  calls: CallLog;
+  /** A limit refused a request body (for metrics). */
+  onRefused?(limit: "inflight_request_bytes" | "request_body_timeout" | "json_depth"): void;
+  logger: Logger;
+}
+
+/** Returns the handler: true when it took the request (its path is an RPC), false otherwise. */
+export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest, res: NodeResponse) => boolean {
+  const router = createConnectRouter({
+    interceptors: options.interceptors,
+    readMaxBytes: options.readMaxBytes,
+    writeMaxBytes: options.writeMaxBytes,
+    shutdownSignal: options.shutdownSignal,
+    acceptCompression: [compressionGzip, compressionBrotli],
+  });
+  options.routes(router);
+  const byPath = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
+  const readMaxBytes = options.readMaxBytes ?? 4 * 1024 * 1024;
+
+  return (req, res) => {
+    const handler = byPath.get((req.url ?? "").split("?", 1)[0]);
+    if (!handler) return false;
+    const procedure = `${handler.service.typeName}/${handler.method.name}`;
+    const protocol = rpcProtocolOf(req.headers);
+    const record: CallRecord = { procedure, peer: req.socket?.remoteAddress ?? "", startedAt: performance.now() };
+    options.calls.started(record);
+    let response: UniversalServerResponse | undefined;
+    let errorBody: Uint8Array | undefined;
+    let guard: RequestBodyGuard | undefined;
+    stopReadingOnceAnswered(req, res);
+    res.once("close", () => {
+      guard?.release();
+      const code = record.code ?? (response && codeOfResponse(response, errorBody)) ?? (res.writableFinished ? OK : Code.Canceled);
+      options.calls.ended(record, code);
+    });
+
+    const answer = (refusal: ConnectError) => {
+      record.code = refusal.code;
+      const uRes = errorResponse(protocol, req.headers, refusal);
+      // HTTP/1.1 cannot stop an unread body but by closing the connection.
+      if (req.httpVersionMajor === 1 && !req.complete) uRes.header?.set("connection", "close");
+      response = uRes;
+      void universalResponseToNodeResponse(uRes, res).catch(() => {});
+    };
+
+    const auth = options.auth?.decide(handler.service.typeName, procedure, req.headers.authorization, record.peer);
+    record.principal = auth?.principal;
+    if (auth && "refused" in auth) {
+      answer(auth.refused);
+      return true;
+    }
+    // An HTTP/1.1 client that waits for "100 Continue" gets it only now, for a call that may go on.
+    if (req.headers.expect?.toLowerCase() === "100-continue") res.writeContinue();
+
+    let uReq;
+    try {
+      uReq = universalRequestFromNodeRequest(
+        req,
+        res,
+        undefined,
+        options.contextValues(req).set(peerKey, record.peer).set(callRecordKey, record),
+      );
+    } catch (err) {
+      // An HTTP/1.0 request without a Host header has no authority to build a URL from.
+      answer(new ConnectError(`malformed request: ${ConnectError.from(err).rawMessage}`, Code.InvalidArgument));
+      return true;
+    }
+    guard = new RequestBodyGuard({ ...options.body, readMaxBytes }, bodyShape(protocol, handler, req), record.startedAt);
+    uReq.body = guard.wrap(uReq.body as AsyncIterable<Uint8Array>);
+    const bodyGuard = guard;
+    handler(uReq)
+      .then(async (uRes) => {
+        if (bodyGuard.failure) {
+          record.code ??= bodyGuard.failure.code;
+          options.onRefused?.(limitOf(bodyGuard.failure.code));
+          if (req.httpVersionMajor === 1 && !req.complete) uRes.header?.set("connection", "close");
+        }
+        if (protocol === "connect-unary" && uRes.status !== 200 && uRes.body) {
+          // A small JSON error: kept to tell the call's code when no interceptor saw it.
+          const chunks: Uint8Array[] = [];
+          for await (const chunk of uRes.body) chunks.push(chunk);
+          errorBody = Buffer.concat(chunks);
+          uRes = { ...uRes, body: createAsyncIterable([errorBody]) };
+        }
+        response = uRes;
+        await universalResponseToNodeResponse(uRes, res);
+      })
+      .catch((reason: unknown) => {
+        const code = ConnectError.from(reason).code;
+        // The client went away while the response was written: nothing failed here.
+        if (code === Code.Aborted || code === Code.Canceled) return;
+        options.logger.error("writing the response failed", { procedure, error: String(reason) });
+      });
+    return true;
+  };
+}
+
+function bodyShape(protocol: RpcProtocol, handler: UniversalHandler, req: NodeRequest): BodyShape {
+  const json = isJsonRequest(protocol, req.headers, req.url ?? "");
+  if (protocol === "connect-unary") {
+    const declared = Number(req.headers["content-length"]);
+    return {
+      framing: "whole",
+      deadline: "body",
+      json,
+      encoding: header(req, "content-encoding"),
+      declaredLength: Number.isSafeInteger(declared) && declared >= 0 ? declared : undefined,
+    };
+  }
+  const single = handler.method.methodKind === "unary" || handler.method.methodKind === "server_streaming";
+  return {
+    framing: "enveloped",
+    deadline: single ? "body" : "message",
+    json,
+    encoding: header(req, protocol === "connect-stream" ? "connect-content-encoding" : "grpc-encoding"),
+  };
+}
+
+function header(req: NodeRequest, name: string): string | undefined {
+  const value = req.headers[name];
+  return typeof value === "string" ? value.trim().toLowerCase() : undefined;
+}
+
+function limitOf(code: Code): "inflight_request_bytes" | "request_body_timeout" | "json_depth" {
+  return code === Code.ResourceExhausted ? "inflight_request_bytes" : code === Code.DeadlineExceeded ? "request_body_timeout" : "json_depth";
+}
+
+/** Once the response is complete, refuses whatever of the request body is still coming. */
+function stopReadingOnceAnswered(req: NodeRequest, res: NodeResponse): void {
+  if ("stream" in req) {
+    const stream = req.stream;
+    // "finish": everything is handed to HTTP/2. The refusal (RST_STREAM NO_ERROR, which a server
+    // may send after a complete response, RFC 9113 §8.1) must not overtake the last frames, so it
+    // waits until the stream's own side is closed (END_STREAM sent), or a second at most.
+    stream.once("finish", () => {
+      const since = performance.now();
+      const refuse = () => {
+        if (stream.destroyed || stream.closed || stream.state.remoteClose) return;
+        if (stream.state.localClose || performance.now() - since > 1000) stream.close(http2.constants.NGHTTP2_NO_ERROR);
+        else setTimeout(refuse, 5).unref();
+      };
+      refuse();
+    });
+    return;
+  }
+  res.once("finish", () => {
+    if (req.complete) return;
+    // The response said "Connection: close"; a client that keeps sending is cut.
+    const socket = req.socket;
+    setTimeout(() => socket.destroy(), 1000).unref();
+  });
+}
