@@ -11,6 +11,7 @@ const BOTH_BACKENDS = [
   "test/signal-log.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
+  "test/event-wire.test.ts",
   "test/session-*.test.ts",
   "test/transcript-*.test.ts",
   "test/visibility.test.ts",

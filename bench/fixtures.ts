@@ -68,9 +68,11 @@ export async function measureLoad(client: LoadClientProcess, job: UnaryLoadJob):
 
 /** "1,234 calls/s (server 120 µs CPU/call at 45% of a core; client 80 µs/call)". */
 export function describeLoad(m: LoadMeasurement, value: number, unit: string): string {
+  // A figure the window could not bracket (no call completed inside it) arrives as null over IPC.
+  const n = (x: number | null) => (x === null || !Number.isFinite(x) ? "?" : x.toFixed(0));
   return (
-    `${formatNumber(value)} ${unit} (${m.result.calls} calls; server ${m.serverCpuUsPerCall.toFixed(0)} µs CPU/call ` +
-    `at ${m.serverCpuPercent.toFixed(0)}% of a core; client ${m.result.clientCpuUsPerCall.toFixed(0)} µs CPU/call)`
+    `${formatNumber(value)} ${unit} (${m.result.calls} calls; server ${n(m.serverCpuUsPerCall)} µs CPU/call ` +
+    `at ${n(m.serverCpuPercent)}% of a core; client ${n(m.result.clientCpuUsPerCall)} µs CPU/call)`
   );
 }
 

@@ -12,7 +12,13 @@ type UnaryCall =
   /** GetStatus of `statusSession` with `changesSince`: a 200-event delta per call. */
   | "status-200"
   /** grpc.health.v1.Health/Check on the same server: the no-op RPC of that process. */
-  | "health";
+  | "health"
+  /**
+   * The same GetStatus (200-event delta) and health Check, sent by a bare HTTP/2 client that
+   * reads each response whole but never decodes it: the figure is the server's alone.
+   */
+  | "raw-status-200"
+  | "raw-health";
 
 export interface UnaryLoadJob {
   type: "unary-load";

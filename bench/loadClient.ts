@@ -4,7 +4,8 @@
  * over h2c, one HTTP/2 connection per job) and sends back what it measured. Running the
  * load in its own process keeps client CPU off the server's event loop, as in production.
  */
-import { create, type MessageInitShape } from "@bufbuild/protobuf";
+import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import http2 from "node:http2";
 import { createClient, type Client } from "@connectrpc/connect";
 import { performance } from "node:perf_hooks";
 import { EventKind, ActorType } from "../gen/sessionstate/v1/event_pb.js";
@@ -55,8 +56,34 @@ function appendRequests(job: UnaryLoadJob, eventsPerCall: number): AppendEventsR
   );
 }
 
+/**
+ * A Connect unary call (binary) over a bare HTTP/2 session: the response is read whole and
+ * its size counted, never decoded.
+ */
+function rawCall(session: http2.ClientHttp2Session, path: string, body: Uint8Array): () => Promise<number> {
+  const headers = { ":method": "POST", ":path": path, "content-type": "application/proto", "connect-protocol-version": "1" };
+  return () =>
+    new Promise<number>((resolve, reject) => {
+      const stream = session.request(headers);
+      let status = 0;
+      let bytes = 0;
+      stream.on("response", (h) => (status = Number(h[":status"])));
+      stream.on("data", (chunk: Buffer) => (bytes += chunk.length));
+      stream.on("end", () => (status === 200 && bytes > 0 ? resolve(1) : reject(new Error(`${path}: HTTP ${status}, ${bytes} bytes`))));
+      stream.on("error", reject);
+      stream.end(body);
+    });
+}
+
 /** One call of the load; resolves to the number of items it carried. */
-function callOf(job: UnaryLoadJob, state: Client<typeof StateService>, health: Client<typeof Health>): () => Promise<number> {
+function callOf(job: UnaryLoadJob, state: Client<typeof StateService>, health: Client<typeof Health>, raw: () => http2.ClientHttp2Session): () => Promise<number> {
+  if (job.call === "raw-health") {
+    return rawCall(raw(), "/grpc.health.v1.Health/Check", toBinary(HealthCheckRequestSchema, create(HealthCheckRequestSchema, { service: "" })));
+  }
+  if (job.call === "raw-status-200") {
+    const request = create(GetStatusRequestSchema, { session: { sessionKey: job.statusSession ?? "" }, changesSince: BigInt(job.changesSince ?? 0) });
+    return rawCall(raw(), "/sessionstate.v1.StateService/GetStatus", toBinary(GetStatusRequestSchema, request));
+  }
   if (job.call === "health") {
     const request = create(HealthCheckRequestSchema, { service: "" });
     return async () => ((await health.check(request)).status === HealthCheckResponse_ServingStatus.SERVING ? 1 : 0);
@@ -132,7 +159,9 @@ async function unaryLoad(job: UnaryLoadJob, id: number): Promise<UnaryLoadResult
     : undefined;
   try {
     await stream?.ready;
-    const call = callOf(job, state, createClient(Health, transport));
+    let session: http2.ClientHttp2Session | undefined;
+    const raw = () => (session ??= http2.connect(job.url));
+    const call = callOf(job, state, createClient(Health, transport), raw);
     // One call before the clock starts: it opens the connection and proves the request works.
     if ((await call()) === 0) throw new Error(`${job.call}: the first call carried no items`);
     let calls = 0;
@@ -169,6 +198,7 @@ async function unaryLoad(job: UnaryLoadJob, id: number): Promise<UnaryLoadResult
     throwIfStreamFailed();
     const seconds = job.durationMs / 1000;
     const clientCpuUs = cpuUsed ? cpuUsed.user + cpuUsed.system : Number.NaN;
+    session?.close();
     return {
       calls,
       seconds,

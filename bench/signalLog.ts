@@ -1,13 +1,18 @@
 /**
- * Signal-log throughput against its two limits, measured side by side in one run:
+ * Signal-log throughput against its limits, measured side by side in one run:
  *
- * - storage limit: raw better-sqlite3 single-row inserts (one autocommit transaction each)
- *   into the product's own `session_state_events` table, opened by the product's
- *   openDatabase() — so the same pragmas (WAL, synchronous=NORMAL) and the same indexes;
+ * - storage limit: raw better-sqlite3 inserts into the product's own `session_state_events`
+ *   table, opened by the product's openDatabase() — so the same pragmas (WAL,
+ *   synchronous=NORMAL) and the same indexes — one row per autocommit transaction, and 100
+ *   rows per transaction (the reference of a 100-event AppendEvents); and 100 rows per
+ *   transaction into a simple table with no index but its key;
  * - transport limit: a no-op Connect unary RPC (noopServer.ts) driven from the separate
- *   load-client process with the same requests, concurrency and client settings;
+ *   load-client process with the same requests, concurrency and client settings, and the
+ *   product server's own no-op (grpc health Check) from a bare HTTP/2 client that does not
+ *   decode answers;
  * - the product: AppendEvents with 1 and with 100 events per call, and GetStatus answering a
- *   200-event delta, against startServer() over a temp SQLite file, from the same process.
+ *   200-event delta (typed client; and the bare client, so the figure is the server's),
+ *   against startServer() over a temp SQLite file, from the same process.
  */
 import { performance } from "node:perf_hooks";
 import { join } from "node:path";
@@ -29,22 +34,41 @@ const ACTOR = "agent:bench:producer";
 /** GetStatus answers at most 200 events: the delta the issue asks for. */
 const STATUS_DELTA = 200;
 
-/** Single-row autocommit inserts per second into the product's events table. */
-function rawInsertRate(dbPath: string, durationMs: number, warmupMs: number): number {
+/**
+ * Raw inserts per second: into the product's events table (its schema, indexes and pragmas),
+ * or into a simple table with no index but its key; `perTransaction` rows per transaction
+ * (1 = autocommit).
+ */
+function rawInsertRate(dbPath: string, durationMs: number, warmupMs: number, perTransaction: number, table: "product" | "simple" = "product"): number {
   const db = openDatabase({ path: dbPath });
   try {
-    const insert = db.prepare(`INSERT INTO session_state_events
-      (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
-      VALUES ('bench', ?, 'goal_changed', 'agent', ?, ?, ?, ?, 'goal updated: finish the quarterly report draft', NULL, 'cli', NULL, NULL)`);
+    if (table === "simple") db.exec("CREATE TABLE simple_events (id INTEGER PRIMARY KEY, session_key TEXT, actor_id TEXT, run_id TEXT, at INTEGER, summary TEXT)");
+    const insert =
+      table === "product"
+        ? db.prepare(`INSERT INTO session_state_events
+            (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
+            VALUES ('bench', ?, 'goal_changed', 'agent', ?, ?, ?, ?, 'goal updated: finish the quarterly report draft', NULL, 'cli', NULL, NULL)`)
+        : db.prepare(`INSERT INTO simple_events (session_key, actor_id, run_id, at, summary) VALUES (?, ?, ?, ?, 'goal updated: finish the quarterly report draft')`);
     let n = 0;
+    const one = () => {
+      const now = Date.now();
+      if (table === "product") insert.run(LOAD_SESSIONS[n % LOAD_SESSIONS.length], ACTOR, `run-${n}`, now, now);
+      else insert.run(LOAD_SESSIONS[n % LOAD_SESSIONS.length], ACTOR, `run-${n}`, now);
+      n++;
+    };
+    const batch = db.transaction(() => {
+      for (let i = 0; i < perTransaction; i++) one();
+    });
     const insertFor = (ms: number) => {
       let count = 0;
       const until = performance.now() + ms;
-      // Check the clock every 64 rows so timing stays out of the measured work.
+      // Check the clock every 64 rows (or every batch) so timing stays out of the measured work.
       while (performance.now() < until) {
-        for (let i = 0; i < 64; i++, n++, count++) {
-          const now = Date.now();
-          insert.run(LOAD_SESSIONS[n % LOAD_SESSIONS.length], ACTOR, `run-${n}`, now, now);
+        if (perTransaction === 1) {
+          for (let i = 0; i < 64; i++, count++) one();
+        } else {
+          batch.immediate();
+          count += perTransaction;
         }
       }
       return count;
@@ -123,14 +147,24 @@ export async function benchSignalLog(ctx: SectionContext): Promise<BenchRow[]> {
       {
         // Storage limit: in this process, with the servers idle.
         "raw insert": async (ms) => {
-          const rate = rawInsertRate(join(raw.path, `raw-${rawDb++}.db`), ms, ctx.warmupMs);
-          return { value: rate, detail: `${formatNumber(rate)} rows/s (WAL, synchronous=NORMAL, product schema)` };
+          const rate = rawInsertRate(join(raw.path, `raw-${rawDb++}.db`), ms, ctx.warmupMs, 1);
+          return { value: rate, detail: `${formatNumber(rate)} rows/s (WAL, synchronous=NORMAL, product schema, 1 row a transaction)` };
+        },
+        "raw insert x100": async (ms) => {
+          const rate = rawInsertRate(join(raw.path, `raw-${rawDb++}.db`), ms, ctx.warmupMs, 100);
+          return { value: rate, detail: `${formatNumber(rate)} rows/s (product schema and indexes, 100 rows a transaction)` };
+        },
+        "raw insert x100 simple": async (ms) => {
+          const rate = rawInsertRate(join(raw.path, `raw-${rawDb++}.db`), ms, ctx.warmupMs, 100, "simple");
+          return { value: rate, detail: `${formatNumber(rate)} rows/s (a simple table, 100 rows a transaction)` };
         },
         "no-op AppendEvents": (ms) => load(noopUrl, "append-1", ms),
         "AppendEvents x1": (ms) => load(product.server.url, "append-1", ms),
         "AppendEvents x100": (ms) => load(product.server.url, "append-100", ms),
         "no-op GetStatus": (ms) => load(noopUrl, "status-200", ms, statusJob),
         "GetStatus 200": (ms) => load(product.server.url, "status-200", ms, statusJob),
+        "bare no-op": (ms) => load(product.server.url, "raw-health", ms),
+        "bare GetStatus 200": (ms) => load(product.server.url, "raw-status-200", ms, statusJob),
       },
       ctx.log,
     );
@@ -153,8 +187,15 @@ export async function benchSignalLog(ctx: SectionContext): Promise<BenchRow[]> {
         metric: "AppendEvents, 100 events per call",
         value: m("AppendEvents x100"),
         unit: "events/s",
-        reference: { label: "raw insert", value: m("raw insert"), unit: "rows/s" },
+        reference: { label: "raw inserts, same schema and indexes, 100 rows a transaction", value: m("raw insert x100"), unit: "rows/s" },
         minRatio: 0.5,
+      }),
+      compared({
+        section: SECTION,
+        metric: "AppendEvents, 100 events per call (vs a simple table)",
+        value: m("AppendEvents x100"),
+        unit: "events/s",
+        reference: { label: "raw inserts, simple table, 100 rows a transaction", value: m("raw insert x100 simple"), unit: "rows/s" },
       }),
       compared({
         section: SECTION,
@@ -165,7 +206,15 @@ export async function benchSignalLog(ctx: SectionContext): Promise<BenchRow[]> {
       }),
       compared({
         section: SECTION,
-        metric: "GetStatus, 200-event delta",
+        metric: "GetStatus, 200-event delta, binary, read by a client that does not decode",
+        value: m("bare GetStatus 200"),
+        unit: "calls/s",
+        reference: { label: "no-op RPC (health Check), same server and client", value: m("bare no-op"), unit: "calls/s" },
+        minRatio: 0.5,
+      }),
+      compared({
+        section: SECTION,
+        metric: "GetStatus, 200-event delta, typed client (decodes)",
         value: m("GetStatus 200"),
         unit: "calls/s",
         reference: { label: "no-op RPC, same 200-event response", value: m("no-op GetStatus"), unit: "calls/s" },

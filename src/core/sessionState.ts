@@ -249,7 +249,7 @@ export class SessionState {
         if (!head && !record) throw unknownSession(session);
         return { stateVersion: head?.stateVersion ?? 0, session: record };
       }
-      const { head, page } = await readChanges(tx, session, changesSince, pageSize);
+      const { head, page } = await readChanges(tx, session, changesSince, pageSize, this.store.events);
       if (head.stateVersion === 0 && !record) throw unknownSession(session);
       return { stateVersion: head.stateVersion, changes: page, session: record };
     });

@@ -3,7 +3,8 @@
  * what retention removes. Every backend runs these same rules against its rows.
  */
 import type { SessionId } from "./keys.js";
-import { EMPTY_HEAD, NOTIFY_ELIGIBLE, type AppendOutcome, type ChangesPage, type EventDraft, type SessionHead } from "./model.js";
+import type { EventCache } from "./eventCache.js";
+import { EMPTY_HEAD, NOTIFY_ELIGIBLE, type AppendOutcome, type ChangesPage, type EventDraft, type SessionHead, type SignalEvent } from "./model.js";
 import { fanOutMaterialEvent } from "./noticeProtocol.js";
 import type { EventPlace, Tx } from "./storage.js";
 import type { WriteContext } from "./watchableStore.js";
@@ -73,14 +74,36 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft): Promise
     next.materialActor = draft.actorId;
   }
   await tx.log.putHead(draft.session, next);
+  ctx.appended({
+    sequence,
+    agentId: draft.session.agentId,
+    sessionKey: draft.session.sessionKey,
+    kind: draft.kind,
+    actorType: draft.actorType,
+    actorId: draft.actorId,
+    runId: draft.runId,
+    occurredAt: draft.occurredAt,
+    summary: draft.summary,
+    payload: draft.payload,
+  });
   if (material) await fanOutMaterialEvent(ctx, draft.session);
   return { sequence, stateVersion: next.stateVersion, duplicate: false, recorded: true, reason: "" };
 }
 
-/** The delta after `changesSince` (at most `limit`, oldest first) with its head; never moves a cursor. */
-export async function readChanges(tx: Tx, session: SessionId, changesSince: number, limit: number): Promise<{ head: SessionHead; page: ChangesPage }> {
+/**
+ * The delta after `changesSince` (at most `limit`, oldest first) with its head; never moves
+ * a cursor. With a cache, the database is asked for the sequences only and the events come
+ * from memory where it holds them (they never change once written).
+ */
+export async function readChanges(
+  tx: Tx,
+  session: SessionId,
+  changesSince: number,
+  limit: number,
+  cache?: EventCache,
+): Promise<{ head: SessionHead; page: ChangesPage }> {
   const head = (await tx.log.head(session)) ?? EMPTY_HEAD;
-  const rows = await tx.log.eventsAfter(session, changesSince, limit + 1);
+  const rows = cache ? await cachedEventsAfter(tx, session, changesSince, limit + 1, cache) : await tx.log.eventsAfter(session, changesSince, limit + 1);
   const earliest = await tx.log.earliestSequence(session);
   return {
     head,
@@ -91,6 +114,24 @@ export async function readChanges(tx: Tx, session: SessionId, changesSince: numb
       historyGap: historyGapFor(changesSince, head.prunedThrough, head.stateVersion),
     },
   };
+}
+
+async function cachedEventsAfter(tx: Tx, session: SessionId, after: number, limit: number, cache: EventCache): Promise<SignalEvent[]> {
+  const sequences = await tx.log.sequencesAfter(session, after, limit);
+  const missing = sequences.filter((s) => cache.get(s) === undefined);
+  const fetched = new Map<number, SignalEvent>();
+  if (missing.length > 0) {
+    for (const e of await tx.log.eventsWithSequences(missing)) {
+      fetched.set(e.sequence, e);
+      cache.put(e);
+    }
+  }
+  const events: SignalEvent[] = [];
+  for (const s of sequences) {
+    const e = cache.get(s) ?? fetched.get(s);
+    if (e) events.push(e);
+  }
+  return events;
 }
 
 export interface RetentionPolicy {

@@ -130,6 +130,10 @@ export interface SignalLogRows {
   eventBySequence(sequence: number): Awaitable<SignalEvent | undefined>;
   /** Events after `after`, oldest first, at most `limit`. */
   eventsAfter(session: SessionId, after: number, limit: number): Awaitable<SignalEvent[]>;
+  /** The sequences of those events only (an index-only read). */
+  sequencesAfter(session: SessionId, after: number, limit: number): Awaitable<number[]>;
+  /** The events with these sequences that still exist, oldest first. */
+  eventsWithSequences(sequences: readonly number[]): Awaitable<SignalEvent[]>;
   /** The lowest sequence still in the session's log; 0 when it holds none. */
   earliestSequence(session: SessionId): Awaitable<number>;
   /** Removes the session's events and its head; returns how many events went. */

@@ -15,7 +15,8 @@
  */
 import type { SessionId } from "./keys.js";
 import { encodeSlice, slicesOf } from "./noticeWakeups.js";
-import type { Notice } from "./model.js";
+import { EventCache } from "./eventCache.js";
+import type { Notice, SignalEvent } from "./model.js";
 import { NoticeBus } from "./noticeBus.js";
 import type { Storage, Tx, WriteOptions } from "./storage.js";
 import type { CoreMetrics } from "./metrics.js";
@@ -30,6 +31,8 @@ export interface WriteContext {
   queue(notices: readonly Notice[]): void;
   /** A fan-out on `target` stopped after `afterWatcher`; it goes on after the commit. */
   continueFanOut(target: SessionId, afterWatcher: string): void;
+  /** An event this unit appended (kept in the event cache once the transaction commits). */
+  appended(event: SignalEvent): void;
 }
 
 /** Runs the rest of a fan-out: one short write unit per call; returns where to go on, or undefined when done. */
@@ -38,6 +41,7 @@ export type FanOutStep = (ctx: WriteContext, target: SessionId, afterWatcher: st
 class UnitContext implements WriteContext {
   readonly notices: Notice[] = [];
   readonly fanOuts: { target: SessionId; after: string }[] = [];
+  readonly events: SignalEvent[] = [];
   constructor(
     readonly tx: Tx,
     readonly now: number,
@@ -47,6 +51,9 @@ class UnitContext implements WriteContext {
   }
   continueFanOut(target: SessionId, afterWatcher: string): void {
     this.fanOuts.push({ target, after: afterWatcher });
+  }
+  appended(event: SignalEvent): void {
+    this.events.push(event);
   }
 }
 
@@ -58,6 +65,8 @@ const targetId = (t: SessionId) => `${t.agentId}\u0000${t.sessionKey}`;
 export class WatchableStore {
   /** This process's live notice subscribers. */
   readonly bus = new NoticeBus();
+  /** Events by sequence, for reads that need only the sequences from the database. */
+  readonly events = new EventCache();
   private fanOutStep?: FanOutStep;
   /** Unfinished fan-outs: target → where to go on (the lowest watcher key asked for). */
   private readonly fanOutQueue = new Map<string, { target: SessionId; after: string }>();
@@ -96,6 +105,8 @@ export class WatchableStore {
 
   /** The one publish point: committed notices to local subscribers, then unfinished fan-outs. */
   private publish(ctx: UnitContext): void {
+    // Only committed events: a rolled-back sequence may be issued again (SQLite).
+    for (const e of ctx.events) this.events.put(e);
     if (ctx.notices.length > 0) {
       const started = performance.now();
       this.metrics.noticesQueued(ctx.notices.length);

@@ -77,6 +77,25 @@ export class PgSignalLogRows implements SignalLogRows {
     return rows.map(eventFromRow);
   }
 
+  async sequencesAfter(session: SessionId, after: number, limit: number): Promise<number[]> {
+    const rows = await this.c.rows<{ sequence: number }>(
+      "log.sequencesAfter",
+      `SELECT sequence FROM session_state_events WHERE agent_id = $1 AND session_key = $2 AND sequence > $3 ORDER BY sequence LIMIT $4`,
+      [session.agentId, session.sessionKey, after, limit],
+    );
+    return rows.map((r) => r.sequence);
+  }
+
+  async eventsWithSequences(sequences: readonly number[]): Promise<SignalEvent[]> {
+    if (sequences.length === 0) return [];
+    const rows = await this.c.rows<EventRow>(
+      "log.eventsWithSequences",
+      `SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE sequence = ANY($1::bigint[]) ORDER BY sequence`,
+      [sequences],
+    );
+    return rows.map(eventFromRow);
+  }
+
   async earliestSequence(session: SessionId): Promise<number> {
     const row = await this.c.one<{ seq: number | null }>(
       "log.earliest",

@@ -23,6 +23,8 @@ export class SqliteSignalLogRows implements SignalLogRows {
       eventBySequence: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE sequence = ?`),
       eventsAfter: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events
         WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`),
+      sequencesAfter: p(`SELECT sequence FROM session_state_events
+        WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`).pluck(),
       earliest: p(`SELECT min(sequence) AS seq FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteEvents: p(`DELETE FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteHead: p(`DELETE FROM session_heads WHERE agent_id = ? AND session_key = ?`),
@@ -75,6 +77,19 @@ export class SqliteSignalLogRows implements SignalLogRows {
 
   eventsAfter(session: SessionId, after: number, limit: number): SignalEvent[] {
     return (this.stmt.eventsAfter.all(session.agentId, session.sessionKey, after, limit) as EventRow[]).map(eventFromRow);
+  }
+
+  sequencesAfter(session: SessionId, after: number, limit: number): number[] {
+    return this.stmt.sequencesAfter.all(session.agentId, session.sessionKey, after, limit) as number[];
+  }
+
+  eventsWithSequences(sequences: readonly number[]): SignalEvent[] {
+    const out: SignalEvent[] = [];
+    for (const sequence of sequences) {
+      const row = this.stmt.eventBySequence.get(sequence) as EventRow | undefined;
+      if (row) out.push(eventFromRow(row));
+    }
+    return out;
   }
 
   earliestSequence(session: SessionId): number {

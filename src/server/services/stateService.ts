@@ -3,11 +3,13 @@ import { create } from "@bufbuild/protobuf";
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { SessionState } from "../../core/sessionState.js";
 import type { SessionTools } from "../../core/sessionTools.js";
-import { AppendResultSchema, StateService } from "../../../gen/sessionstate/v1/state_pb.js";
+import { AppendResultSchema, StateChangesSchema, StateService, type StateChanges } from "../../../gen/sessionstate/v1/state_pb.js";
+import type { ChangesPage } from "../../core/model.js";
+import { EventWireCache, isBinaryCall } from "../eventWire.js";
 import { actorTypes, eventKinds, eventMessage, int64, msOf, runOutcomes, sessionMessage } from "../convert.js";
 import { requesterOf } from "../convertTranscript.js";
 
-export function stateService(core: SessionState, tools: SessionTools): ServiceImpl<typeof StateService> {
+export function stateService(core: SessionState, tools: SessionTools, wire: EventWireCache = new EventWireCache()): ServiceImpl<typeof StateService> {
   return {
     async appendEvents(req) {
       const outcomes = await core.appendEvents(
@@ -42,7 +44,7 @@ export function stateService(core: SessionState, tools: SessionTools): ServiceIm
       };
     },
 
-    async getStatus(req) {
+    async getStatus(req, ctx) {
       // session_status under the requester's visibility (none given = operator view).
       const status = await tools.getStatus(
         requesterOf(req.requester),
@@ -53,13 +55,23 @@ export function stateService(core: SessionState, tools: SessionTools): ServiceIm
       return {
         stateVersion: BigInt(status.stateVersion),
         session: status.session ? sessionMessage(status.session) : undefined,
-        stateChanges: status.changes && {
-          events: status.changes.events.map(eventMessage),
-          truncated: status.changes.truncated,
-          earliestAvailableSequence: BigInt(status.changes.earliestAvailableSequence),
-          historyGap: status.changes.historyGap,
-        },
+        stateChanges: status.changes && changesMessage(status.changes, isBinaryCall(ctx.requestHeader, ctx.url) ? wire : undefined),
       };
     },
   };
+}
+
+/**
+ * The delta as a message. Over a binary protocol its events are the bytes each was encoded
+ * to once (eventWire.ts); over JSON they are converted as usual.
+ */
+function changesMessage(changes: ChangesPage, wire: EventWireCache | undefined): StateChanges {
+  const message = create(StateChangesSchema, {
+    events: wire ? [] : changes.events.map(eventMessage),
+    truncated: changes.truncated,
+    earliestAvailableSequence: BigInt(changes.earliestAvailableSequence),
+    historyGap: changes.historyGap,
+  });
+  if (wire) message.$unknown = wire.eventsField(changes.events);
+  return message;
 }

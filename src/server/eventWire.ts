@@ -1,0 +1,67 @@
+/**
+ * Events never change once written (SPEC §2.1), so each is encoded to protobuf once and its
+ * bytes are kept: a binary GetStatus answer is assembled from those bytes instead of
+ * converting and encoding the same events again on every read. The bytes ride in the
+ * response's `state_changes` as unknown fields with the number of `events`, which protobuf
+ * writes out verbatim — on the wire they are exactly the encoded `events` list, and any
+ * client decodes them as such. JSON answers keep the typed path (JSON has no raw bytes).
+ *
+ * The cache is per process and bounded; an event read for the first time (an old row, or
+ * one another replica appended) is encoded then.
+ */
+import { toBinary, type UnknownField } from "@bufbuild/protobuf";
+import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import type { SignalEvent } from "../core/model.js";
+import { SessionStateEventSchema } from "../../gen/sessionstate/v1/event_pb.js";
+import { StateChangesSchema } from "../../gen/sessionstate/v1/state_pb.js";
+import { eventMessage } from "./convert.js";
+
+/** The field number of `StateChanges.events`, read from the schema so a renumbering cannot go unnoticed. */
+const EVENTS_FIELD = StateChangesSchema.field.events.number;
+
+/** Events kept encoded (about 60 bytes each plus the entry). */
+export const DEFAULT_EVENT_WIRE_CAPACITY = 100_000;
+
+export class EventWireCache {
+  /** Sequence → the event as one `events` field value (length-prefixed message bytes). Insertion order = age. */
+  private readonly bySequence = new Map<number, Uint8Array>();
+
+  constructor(private readonly capacity = DEFAULT_EVENT_WIRE_CAPACITY) {}
+
+  /** The `events` field value of one event (its length prefix and message bytes). */
+  fieldValue(event: SignalEvent): Uint8Array {
+    let bytes = this.bySequence.get(event.sequence);
+    if (bytes === undefined) {
+      bytes = new BinaryWriter().bytes(toBinary(SessionStateEventSchema, eventMessage(event))).finish();
+      if (this.bySequence.size >= this.capacity) this.bySequence.delete(this.bySequence.keys().next().value as number);
+      this.bySequence.set(event.sequence, bytes);
+    }
+    return bytes;
+  }
+
+  /** Unknown fields that encode as `repeated SessionStateEvent events`, in order. */
+  eventsField(events: readonly SignalEvent[]): UnknownField[] {
+    return events.map((e) => ({ no: EVENTS_FIELD, wireType: WireType.LengthDelimited, data: this.fieldValue(e) }));
+  }
+
+  get size(): number {
+    return this.bySequence.size;
+  }
+}
+
+/**
+ * Whether a call's messages travel as protobuf binary (Connect `application/proto`, gRPC and
+ * gRPC-Web without `+json`, Connect GET with `encoding=proto`), where raw event bytes may
+ * be used.
+ */
+export function isBinaryCall(requestHeader: Headers, url: string): boolean {
+  const contentType = requestHeader.get("content-type");
+  if (contentType === null) {
+    // Connect GET carries its encoding in the query.
+    const encoding = /[?&]encoding=([^&]*)/.exec(url)?.[1];
+    return encoding === "proto";
+  }
+  const type = contentType.split(";")[0].trim().toLowerCase();
+  return type === "application/proto" || type === "application/grpc" || type === "application/grpc+proto" ||
+    type === "application/grpc-web" || type === "application/grpc-web+proto";
+}

@@ -1,0 +1,133 @@
+/**
+ * GetStatus over binary protocols answers with each event's bytes encoded once
+ * (src/server/eventWire.ts). The fast path and the typed path must decode to the same
+ * message: for random events, and through a real server over every protocol and encoding,
+ * including rows written straight into the database (as by an older build or another replica).
+ */
+import { create, equals, fromBinary, toBinary } from "@bufbuild/protobuf";
+import { createClient } from "@connectrpc/connect";
+import { createConnectTransport } from "@connectrpc/connect-node";
+import fc from "fast-check";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
+import { GetStatusResponseSchema, StateChangesSchema, StateService } from "../gen/sessionstate/v1/state_pb.js";
+import type { SignalEvent } from "../src/core/model.js";
+import { EVENT_KINDS } from "../src/core/model.js";
+import { eventMessage } from "../src/server/convert.js";
+import { EventWireCache, isBinaryCall } from "../src/server/eventWire.js";
+import { PROTOCOLS, startTestServer, transportFor, type TestServer } from "./support/harness.js";
+
+const text = fc.string({ unit: "grapheme", maxLength: 40 });
+const event: fc.Arbitrary<SignalEvent> = fc.record({
+  sequence: fc.integer({ min: 1, max: Number.MAX_SAFE_INTEGER }),
+  agentId: fc.constant("main"),
+  sessionKey: fc.constant("agent:main:x"),
+  kind: fc.constantFrom(...EVENT_KINDS),
+  actorType: fc.constantFrom("human" as const, "agent" as const, "system" as const),
+  actorId: text,
+  runId: text,
+  occurredAt: fc.integer({ min: 0, max: 4_102_444_800_000 }),
+  summary: text,
+  payload: fc.record(
+    {
+      outcome: fc.constantFrom("error" as const, "timeout" as const, "cancelled" as const),
+      channel: text,
+      turns: fc.integer({ min: 0, max: 10_000 }),
+    },
+    { requiredKeys: [] },
+  ),
+});
+
+describe("events encoded once", () => {
+  it("decode to exactly what the typed path encodes, for random events", () => {
+    fc.assert(
+      // Sequences are unique and an event never changes once written: one event per sequence.
+      fc.property(fc.uniqueArray(event, { maxLength: 30, selector: (e) => e.sequence }), fc.boolean(), fc.nat(), (events, truncated, earliest) => {
+        const typed = toBinary(StateChangesSchema, create(StateChangesSchema, { events: events.map(eventMessage), truncated, earliestAvailableSequence: BigInt(earliest) }));
+        const cache = new EventWireCache(8); // smaller than some batches: evictions on the way
+        const fast = create(StateChangesSchema, { truncated, earliestAvailableSequence: BigInt(earliest) });
+        fast.$unknown = cache.eventsField(events);
+        const fastBytes = toBinary(StateChangesSchema, fast);
+        expect(equals(StateChangesSchema, fromBinary(StateChangesSchema, fastBytes), fromBinary(StateChangesSchema, typed))).toBe(true);
+        // A second read from the cache gives the same bytes.
+        const again = create(StateChangesSchema, { truncated, earliestAvailableSequence: BigInt(earliest) });
+        again.$unknown = cache.eventsField(events);
+        expect(toBinary(StateChangesSchema, again)).toEqual(fastBytes);
+      }),
+      { numRuns: 300 },
+    );
+  });
+
+  it("takes the fast path only for binary encodings", () => {
+    const h = (type: string | undefined) => new Headers(type === undefined ? {} : { "content-type": type });
+    expect(isBinaryCall(h("application/proto"), "/x")).toBe(true);
+    expect(isBinaryCall(h("application/grpc"), "/x")).toBe(true);
+    expect(isBinaryCall(h("application/grpc+proto"), "/x")).toBe(true);
+    expect(isBinaryCall(h("application/grpc-web+proto"), "/x")).toBe(true);
+    expect(isBinaryCall(h("application/json"), "/x")).toBe(false);
+    expect(isBinaryCall(h("application/grpc+json"), "/x")).toBe(false);
+    expect(isBinaryCall(h("application/grpc-web+json; charset=utf-8"), "/x")).toBe(false);
+    expect(isBinaryCall(h(undefined), "/s/M?connect=v1&encoding=proto&message=x")).toBe(true);
+    expect(isBinaryCall(h(undefined), "/s/M?connect=v1&encoding=json&message=x")).toBe(false);
+  });
+});
+
+describe("GetStatus over every protocol and encoding", () => {
+  let t: TestServer;
+  const KEY = "agent:main:wire";
+  let since: bigint;
+
+  beforeAll(async () => {
+    t = await startTestServer();
+    await t.sessions.upsertSession({ session: { sessionKey: KEY } });
+    const first = await t.state.appendEvents({
+      events: [{ session: { sessionKey: KEY }, kind: EventKind.CREATED, actorType: ActorType.SYSTEM, summary: "created" }],
+    });
+    since = first.results[0].sequence;
+    for (let i = 0; i < 30; i++) {
+      await t.state.appendEvents({
+        events: [
+          {
+            session: { sessionKey: KEY },
+            kind: i % 2 ? EventKind.GOAL_CHANGED : EventKind.RUN_FAILED,
+            actorType: ActorType.AGENT,
+            actorId: `agent:main:worker-${i}`,
+            runId: `run-${i}`,
+            summary: `step ${i} — ünïcödé ✓`,
+            payload: i % 2 ? { channel: "telegram", turns: i } : { outcome: 2 },
+          },
+        ],
+      });
+    }
+    // A row written straight into the database, as by an older build or another replica.
+    await t.raw.run(
+      `INSERT INTO session_state_events (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
+       VALUES ('main', ?, 'goal_changed', 'human', '', '', ?, ?, 'written from outside', NULL, 'cli', NULL, NULL)`,
+      KEY,
+      Date.now(),
+      Date.now(),
+    );
+  });
+  afterAll(() => t.stop());
+
+  it("gives the same decoded answer over Connect JSON, Connect binary, gRPC, gRPC-Web and Connect GET", async () => {
+    const reference = await createClient(StateService, createConnectTransport({ baseUrl: t.url, httpVersion: "2", useBinaryFormat: false })).getStatus({
+      session: { sessionKey: KEY },
+      changesSince: since,
+    });
+    expect(reference.stateChanges!.events).toHaveLength(31);
+    expect(reference.stateChanges!.events.at(-1)!.summary).toBe("written from outside");
+    const answers = [
+      ...PROTOCOLS.map((p) => createClient(StateService, transportFor(t.url, p))),
+      createClient(StateService, createConnectTransport({ baseUrl: t.url, httpVersion: "2", useHttpGet: true })),
+      createClient(StateService, createConnectTransport({ baseUrl: t.url, httpVersion: "2", useHttpGet: true, useBinaryFormat: false })),
+    ];
+    for (const client of answers) {
+      for (let round = 0; round < 2; round++) {
+        // Twice: the second answer comes from the cached bytes.
+        const res = await client.getStatus({ session: { sessionKey: KEY }, changesSince: since });
+        expect(equals(GetStatusResponseSchema, res, reference)).toBe(true);
+      }
+    }
+  });
+});
