@@ -83,8 +83,15 @@ export function materialFor(head: SessionHead, watcherKey: string, after: number
  * of them after `afterWatcher`, and queues their notices. Returns the watcher key to go on
  * after, or undefined when the target's idle cursors are all done.
  */
-export async function freezeIdleWatchers(ctx: WriteContext, target: SessionId, afterWatcher: string, limit: number): Promise<string | undefined> {
-  const head = await ctx.tx.log.head(target);
+export async function freezeIdleWatchers(
+  ctx: WriteContext,
+  target: SessionId,
+  afterWatcher: string,
+  limit: number,
+  /** The target's head when the caller just wrote it (an append); read otherwise. */
+  known?: SessionHead,
+): Promise<string | undefined> {
+  const head = known ?? (await ctx.tx.log.head(target));
   if (!head || head.materialThrough === 0) return undefined;
   const idle = await ctx.tx.cursors.idleCursorsOnTarget(target, afterWatcher, limit);
   const frozen: WatchCursor[] = [];
@@ -104,8 +111,8 @@ export async function freezeIdleWatchers(ctx: WriteContext, target: SessionId, a
 }
 
 /** After a notify-eligible append: the first FANOUT_INLINE idle watchers now, the rest after commit. */
-export async function fanOutMaterialEvent(ctx: WriteContext, target: SessionId): Promise<void> {
-  const resume = await freezeIdleWatchers(ctx, target, "", FANOUT_INLINE);
+export async function fanOutMaterialEvent(ctx: WriteContext, target: SessionId, head: SessionHead): Promise<void> {
+  const resume = await freezeIdleWatchers(ctx, target, "", FANOUT_INLINE, head);
   if (resume !== undefined) ctx.continueFanOut(target, resume);
 }
 

@@ -49,6 +49,7 @@ import { deleteSession, resetSession, spawnSession, upsertSession, type SpawnOut
 import { ServiceClock } from "./serviceClock.js";
 import {
   appendEvent,
+  HeadBuffer,
   clampOccurredAt,
   DAY_MS,
   PRUNE_BATCH,
@@ -195,7 +196,9 @@ export class SessionState {
     const outcomes = await this.store.write(
       async (ctx) => {
         const outcomes: AppendOutcome[] = [];
-        for (const draft of drafts) outcomes.push(await appendEvent(ctx, draft));
+        const heads = new HeadBuffer();
+        for (const draft of drafts) outcomes.push(await appendEvent(ctx, draft, heads));
+        await heads.flush(ctx.tx);
         return outcomes;
       },
       { lock: drafts.map((d) => d.session), group: true },

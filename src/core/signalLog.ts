@@ -42,13 +42,40 @@ export function historyGapFor(changesSince: number, prunedThrough: number, state
 }
 
 /**
+ * The heads a batch of appends touches, read once and written once at the end of the unit
+ * (a 100-event call to a few sessions then writes a few heads, not 100).
+ */
+export class HeadBuffer {
+  private readonly heads = new Map<string, { session: SessionId; head: SessionHead | undefined; dirty: boolean }>();
+
+  async get(tx: Tx, session: SessionId): Promise<SessionHead | undefined> {
+    const id = `${session.agentId}\u0000${session.sessionKey}`;
+    let entry = this.heads.get(id);
+    if (!entry) this.heads.set(id, (entry = { session, head: await tx.log.head(session), dirty: false }));
+    return entry.head;
+  }
+
+  put(session: SessionId, head: SessionHead): void {
+    this.heads.set(`${session.agentId}\u0000${session.sessionKey}`, { session, head, dirty: true });
+  }
+
+  async flush(tx: Tx): Promise<void> {
+    for (const entry of this.heads.values()) {
+      if (entry.dirty && entry.head) await tx.log.putHead(entry.session, entry.head);
+      entry.dirty = false;
+    }
+  }
+}
+
+/**
  * Appends one event inside the caller's transaction (the session is locked by the caller):
  * dedupe, the human-turn gate, the insert, the head, and — for a notify-eligible kind — the
- * material mark and the fan-out to the target's watchers.
+ * material mark and the fan-out to the target's watchers. With a head buffer the head is
+ * written when the caller flushes it, before the unit ends.
  */
-export async function appendEvent(ctx: WriteContext, draft: EventDraft): Promise<AppendOutcome> {
+export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: HeadBuffer): Promise<AppendOutcome> {
   const { tx, now } = ctx;
-  const head = await tx.log.head(draft.session);
+  const head = heads ? await heads.get(tx, draft.session) : await tx.log.head(draft.session);
   // Dedupe: the same key returns the existing event and changes nothing (SPEC §2.1).
   if (draft.dedupeKey !== undefined) {
     const earlier = await tx.log.eventByDedupe(draft.session, draft.dedupeKey);
@@ -73,7 +100,8 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft): Promise
     next.materialThrough = sequence;
     next.materialActor = draft.actorId;
   }
-  await tx.log.putHead(draft.session, next);
+  if (heads) heads.put(draft.session, next);
+  else await tx.log.putHead(draft.session, next);
   ctx.appended({
     sequence,
     agentId: draft.session.agentId,
@@ -86,7 +114,7 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft): Promise
     summary: draft.summary,
     payload: draft.payload,
   });
-  if (material) await fanOutMaterialEvent(ctx, draft.session);
+  if (material) await fanOutMaterialEvent(ctx, draft.session, next);
   return { sequence, stateVersion: next.stateVersion, duplicate: false, recorded: true, reason: "" };
 }
 

@@ -4,6 +4,7 @@ import { watcherAgentId, type SessionId } from "../keys.js";
 import type { WatchCursor } from "../model.js";
 import { CURSOR_COLUMNS, cursorFromRow, type CursorRow } from "../rowMapping.js";
 import type { CursorPage, CursorRows, WatcherSelector } from "../storage.js";
+import { LimitedStatement } from "./limited.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
 
@@ -12,6 +13,7 @@ export class SqliteCursorRows implements CursorRows {
 
   constructor(db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
+    const limited = (sql: string) => new LimitedStatement(db, sql);
     this.stmt = {
       cursor: p(`${FROM} WHERE watcher_key = ? AND target_agent_id = ? AND target_key = ?`),
       insert: p(`INSERT INTO session_watch_cursors
@@ -23,21 +25,21 @@ export class SqliteCursorRows implements CursorRows {
       delete: p(`DELETE FROM session_watch_cursors WHERE watcher_key = ? AND target_agent_id = ? AND target_key = ?`),
       deleteOfWatcher: p(`DELETE FROM session_watch_cursors WHERE watcher_key = ?`),
       deleteOnTarget: p(`DELETE FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ?`),
-      onTarget: p(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND watcher_key > ? ORDER BY watcher_key LIMIT ?`),
-      ofWatcher: p(`${FROM} WHERE watcher_key = ? AND (target_agent_id, target_key) > (?, ?)
+      onTarget: limited(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND watcher_key > ? ORDER BY watcher_key LIMIT ?`),
+      ofWatcher: limited(`${FROM} WHERE watcher_key = ? AND (target_agent_id, target_key) > (?, ?)
         ORDER BY target_agent_id, target_key LIMIT ?`),
       targetsOfWatcher: p(`SELECT target_agent_id, target_key FROM session_watch_cursors WHERE watcher_key = ?`),
       countOnTarget: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ?`),
       hasOnTarget: p(`SELECT 1 FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ? LIMIT 1`),
       // The condition `notified <= last_seen` matches the partial index cursors_idle_by_target.
-      idleOnTarget: p(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?
+      idleOnTarget: limited(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?
         ORDER BY watcher_key LIMIT ?`),
       pendingOfAgent: p(`${FROM} WHERE watcher_agent_id = ? AND notified > last_seen
         ORDER BY watcher_key, target_agent_id, target_key`),
       pendingOfWatcher: p(`${FROM} WHERE watcher_key = ? AND notified > last_seen ORDER BY target_agent_id, target_key`),
       pendingOnTarget: p(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND watcher_key BETWEEN ? AND ? AND notified > last_seen
         ORDER BY watcher_key`),
-      pendingPage: p(`${FROM} WHERE notified > last_seen AND (watcher_key, target_agent_id, target_key) > (?, ?, ?)
+      pendingPage: limited(`${FROM} WHERE notified > last_seen AND (watcher_key, target_agent_id, target_key) > (?, ?, ?)
         ORDER BY watcher_key, target_agent_id, target_key LIMIT ?`),
       countPending: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE notified > last_seen`),
       behindMaterial: p(`SELECT DISTINCT c.target_agent_id, c.target_key FROM session_watch_cursors c
@@ -81,12 +83,12 @@ export class SqliteCursorRows implements CursorRows {
   }
 
   cursorsOnTarget(target: SessionId, page: CursorPage): WatchCursor[] {
-    const rows = this.stmt.onTarget.all(target.agentId, target.sessionKey, page.after?.watcherKey ?? "", page.limit) as CursorRow[];
+    const rows = this.stmt.onTarget.all([target.agentId, target.sessionKey, page.after?.watcherKey ?? ""], page.limit) as CursorRow[];
     return rows.map(cursorFromRow);
   }
 
   cursorsOfWatcher(watcherKey: string, page: CursorPage): WatchCursor[] {
-    const rows = this.stmt.ofWatcher.all(watcherKey, page.after?.targetAgentId ?? "", page.after?.targetKey ?? "", page.limit) as CursorRow[];
+    const rows = this.stmt.ofWatcher.all([watcherKey, page.after?.targetAgentId ?? "", page.after?.targetKey ?? ""], page.limit) as CursorRow[];
     return rows.map(cursorFromRow);
   }
 
@@ -104,7 +106,7 @@ export class SqliteCursorRows implements CursorRows {
   }
 
   idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): WatchCursor[] {
-    return (this.stmt.idleOnTarget.all(target.agentId, target.sessionKey, afterWatcher, limit) as CursorRow[]).map(cursorFromRow);
+    return (this.stmt.idleOnTarget.all([target.agentId, target.sessionKey, afterWatcher], limit) as CursorRow[]).map(cursorFromRow);
   }
 
   pendingCursors(selector: WatcherSelector): WatchCursor[] {
@@ -117,7 +119,7 @@ export class SqliteCursorRows implements CursorRows {
 
   pendingCursorsPage(page: CursorPage): WatchCursor[] {
     const a = page.after;
-    const rows = this.stmt.pendingPage.all(a?.watcherKey ?? "", a?.targetAgentId ?? "", a?.targetKey ?? "", page.limit) as CursorRow[];
+    const rows = this.stmt.pendingPage.all([a?.watcherKey ?? "", a?.targetAgentId ?? "", a?.targetKey ?? ""], page.limit) as CursorRow[];
     return rows.map(cursorFromRow);
   }
 

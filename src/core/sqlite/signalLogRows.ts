@@ -4,33 +4,38 @@ import type { SessionId } from "../keys.js";
 import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
 import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
 import type { EventPlace, SignalLogRows } from "../storage.js";
+import { LimitedStatement } from "./limited.js";
 
 export class SqliteSignalLogRows implements SignalLogRows {
   private readonly stmt;
   constructor(db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
+    const limited = (sql: string, pluck = false) => new LimitedStatement(db, sql, pluck);
     this.stmt = {
       head: p(`SELECT ${HEAD_COLUMNS} FROM session_heads WHERE agent_id = ? AND session_key = ?`),
       putHead: p(`INSERT INTO session_heads (agent_id, session_key, ${HEAD_COLUMNS})
-        VALUES (@agentId, @sessionKey, @stateVersion, @prunedThrough, @materialThrough, @materialActor, @materialOtherThrough)
+        VALUES (?, ?, ?, ?, ?, ?, ?)
         ON CONFLICT (agent_id, session_key) DO UPDATE SET state_version = excluded.state_version,
           pruned_through = excluded.pruned_through, material_through = excluded.material_through,
           material_actor = excluded.material_actor, material_other_through = excluded.material_other_through`),
       insertEvent: p(`INSERT INTO session_state_events
         (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
-        VALUES (@agentId, @sessionKey, @kind, @actorType, @actorId, @runId, @occurredAt, @recordedAt, @summary, @outcome, @channel, @turns, @dedupeKey)`),
+        VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
       eventByDedupe: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE agent_id = ? AND session_key = ? AND dedupe_key = ?`),
       eventBySequence: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE sequence = ?`),
-      eventsAfter: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events
+      eventsAfter: limited(`SELECT ${EVENT_COLUMNS} FROM session_state_events
         WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`),
-      sequencesAfter: p(`SELECT sequence FROM session_state_events
-        WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`).pluck(),
+      sequencesAfter: limited(
+        `SELECT sequence FROM session_state_events
+        WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`,
+        true,
+      ),
       earliest: p(`SELECT min(sequence) AS seq FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteEvents: p(`DELETE FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteHead: p(`DELETE FROM session_heads WHERE agent_id = ? AND session_key = ?`),
       countEvents: p(`SELECT count(*) AS n FROM session_state_events`),
       nthNewest: p(`SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?`),
-      expired: p(`SELECT sequence, agent_id, session_key FROM session_state_events
+      expired: limited(`SELECT sequence, agent_id, session_key FROM session_state_events
         WHERE sequence < ? OR recorded_at < ? ORDER BY sequence LIMIT ?`),
       deleteEvent: p(`DELETE FROM session_state_events WHERE sequence = ?`),
     };
@@ -42,26 +47,34 @@ export class SqliteSignalLogRows implements SignalLogRows {
   }
 
   putHead(session: SessionId, head: SessionHead): void {
-    this.stmt.putHead.run({ ...session, ...head });
+    this.stmt.putHead.run(
+      session.agentId,
+      session.sessionKey,
+      head.stateVersion,
+      head.prunedThrough,
+      head.materialThrough,
+      head.materialActor,
+      head.materialOtherThrough,
+    );
   }
 
   insertEvent(draft: EventDraft, recordedAt: number): number {
     return Number(
-      this.stmt.insertEvent.run({
-        agentId: draft.session.agentId,
-        sessionKey: draft.session.sessionKey,
-        kind: draft.kind,
-        actorType: draft.actorType,
-        actorId: draft.actorId,
-        runId: draft.runId,
-        occurredAt: draft.occurredAt,
+      this.stmt.insertEvent.run(
+        draft.session.agentId,
+        draft.session.sessionKey,
+        draft.kind,
+        draft.actorType,
+        draft.actorId,
+        draft.runId,
+        draft.occurredAt,
         recordedAt,
-        summary: draft.summary,
-        outcome: draft.payload.outcome ?? null,
-        channel: draft.payload.channel ?? null,
-        turns: draft.payload.turns ?? null,
-        dedupeKey: draft.dedupeKey ?? null,
-      }).lastInsertRowid,
+        draft.summary,
+        draft.payload.outcome ?? null,
+        draft.payload.channel ?? null,
+        draft.payload.turns ?? null,
+        draft.dedupeKey ?? null,
+      ).lastInsertRowid,
     );
   }
 
@@ -76,11 +89,11 @@ export class SqliteSignalLogRows implements SignalLogRows {
   }
 
   eventsAfter(session: SessionId, after: number, limit: number): SignalEvent[] {
-    return (this.stmt.eventsAfter.all(session.agentId, session.sessionKey, after, limit) as EventRow[]).map(eventFromRow);
+    return (this.stmt.eventsAfter.all([session.agentId, session.sessionKey, after], limit) as EventRow[]).map(eventFromRow);
   }
 
   sequencesAfter(session: SessionId, after: number, limit: number): number[] {
-    return this.stmt.sequencesAfter.all(session.agentId, session.sessionKey, after, limit) as number[];
+    return this.stmt.sequencesAfter.all([session.agentId, session.sessionKey, after], limit) as number[];
   }
 
   eventsWithSequences(sequences: readonly number[]): SignalEvent[] {
@@ -111,7 +124,7 @@ export class SqliteSignalLogRows implements SignalLogRows {
   }
 
   expiredEvents(belowSequence: number, recordedBefore: number, limit: number): EventPlace[] {
-    const rows = this.stmt.expired.all(belowSequence, recordedBefore, limit) as { sequence: number; agent_id: string; session_key: string }[];
+    const rows = this.stmt.expired.all([belowSequence, recordedBefore], limit) as { sequence: number; agent_id: string; session_key: string }[];
     return rows.map((r) => ({ sequence: r.sequence, session: { agentId: r.agent_id, sessionKey: r.session_key } }));
   }
 

@@ -9,6 +9,7 @@ import type { TranscriptRow, TranscriptRows } from "../storage.js";
 import type { MessageDraft, MessageRole, StoredMessage } from "../transcript/model.js";
 import type { SearchHitRecord, SearchQuery } from "../transcript/queries.js";
 import type { VisibilityScope } from "../transcript/visibility.js";
+import { LimitedStatement } from "./limited.js";
 import { scopeCondition } from "./scopeSql.js";
 
 /** FTS5 snippet length in tokens; search.ts bounds the characters. */
@@ -66,9 +67,9 @@ export class SqliteTranscriptRows implements TranscriptRows {
       windowWithoutTools: p(`SELECT ${MESSAGE_COLUMNS} FROM transcript_messages
         WHERE transcript_id = ? AND tools_only = 0 AND sequence <= ? ORDER BY sequence DESC LIMIT ? OFFSET ?`),
       firstUserMessage: p(`SELECT ${MESSAGE_COLUMNS} FROM transcript_messages WHERE transcript_id = ? AND role = 'user' ORDER BY sequence LIMIT 1`),
-      lastMessages: p(`SELECT ${MESSAGE_COLUMNS} FROM transcript_messages WHERE transcript_id = ? AND tools_only = 0
+      lastMessages: new LimitedStatement(db, `SELECT ${MESSAGE_COLUMNS} FROM transcript_messages WHERE transcript_id = ? AND tools_only = 0
         ORDER BY sequence DESC LIMIT ?`),
-      recentUserMessages: p(`SELECT m.sequence, m.message_id, m.role, m.created_at, m.provenance, m.content FROM sessions s
+      recentUserMessages: new LimitedStatement(db, `SELECT m.sequence, m.message_id, m.role, m.created_at, m.provenance, m.content FROM sessions s
         JOIN transcripts t ON t.agent_id = s.agent_id AND t.session_key = s.session_key AND t.session_id = s.session_id
         JOIN transcript_messages m ON m.transcript_id = t.id AND m.role = 'user'
         WHERE s.agent_id = ? AND s.session_key = ? ORDER BY m.sequence DESC LIMIT ?`),
@@ -114,11 +115,11 @@ export class SqliteTranscriptRows implements TranscriptRows {
   }
 
   lastMessages(transcriptId: number, limit: number): StoredMessage[] {
-    return (this.stmt.lastMessages.all(transcriptId, limit) as MessageRow[]).map(messageFromRow);
+    return (this.stmt.lastMessages.all([transcriptId], limit) as MessageRow[]).map(messageFromRow);
   }
 
   recentUserMessages(session: SessionId, limit: number): StoredMessage[] {
-    return (this.stmt.recentUserMessages.all(session.agentId, session.sessionKey, limit) as MessageRow[]).map(messageFromRow);
+    return (this.stmt.recentUserMessages.all([session.agentId, session.sessionKey], limit) as MessageRow[]).map(messageFromRow);
   }
 
   deleteTranscriptsOf(session: SessionId): void {
