@@ -85,6 +85,10 @@ export interface FanOutJob {
   targets: string[];
   watchers: number;
   actorId: string;
+  /** After each round's notices arrived (all pending now): appends to the same target, timed one by one. */
+  laterAppends?: number;
+  /** Meanwhile, another connection times GetStatus of this session every few ms (another client). */
+  probeSession?: string;
 }
 
 interface FanOutRound {
@@ -95,6 +99,12 @@ interface FanOutRound {
   /** From the AppendEvents response until the last notice arrived. */
   afterReturnMs: number;
   received: number;
+  /** The later appends, one call each (ms). */
+  laterAppendMs: number[];
+  /** Notices that arrived during the later appends (should be none: all were pending). */
+  noticesDuringLater: number;
+  /** GetStatus calls of the other client while the round ran (ms). */
+  probeMs: number[];
 }
 
 export interface FanOutResult {

@@ -275,19 +275,44 @@ async function fanOut(job: FanOutJob): Promise<FanOutResult> {
     if (++current.count === job.watchers) current.done(at);
   });
   const result: FanOutResult = { rounds: [] };
+  // Another client: its own connection, timing GetStatus while the fan-out runs.
+  const probe = job.probeSession ? createClient(StateService, benchTransport(job.url)) : undefined;
   try {
     await stream.ready;
     for (const [i, target] of job.targets.entries()) {
+      const probeMs: number[] = [];
+      let probing = probe !== undefined;
+      const probeLoop = (async () => {
+        while (probing && probe) {
+          const t0 = performance.now();
+          await probe.getStatus({ session: { sessionKey: job.probeSession! }, changesSince: 0n, limit: 20 });
+          probeMs.push(performance.now() - t0);
+          await new Promise((r) => setTimeout(r, 5));
+        }
+      })();
       const all = new Promise<number>((resolve) => (current = { target, count: 0, done: resolve }));
       const sent = performance.now();
       await state.appendEvents({ events: [goalChanged(target, job.actorId, i)] });
       const returned = performance.now();
       const lastAt = await withTimeout(all, 60_000, `${job.watchers} notices on ${target}`);
+      const received = current!.count;
+      // Every watcher has a notice pending now: later events must cost no per-watcher work.
+      const laterAppendMs: number[] = [];
+      for (let k = 0; k < (job.laterAppends ?? 0); k++) {
+        const t0 = performance.now();
+        await state.appendEvents({ events: [goalChanged(target, job.actorId, 1000 + k)] });
+        laterAppendMs.push(performance.now() - t0);
+      }
+      probing = false;
+      await probeLoop;
       result.rounds.push({
         appendMs: returned - sent,
         allReceivedMs: lastAt - sent,
         afterReturnMs: lastAt - returned,
-        received: current!.count,
+        received,
+        laterAppendMs,
+        noticesDuringLater: current!.count - received,
+        probeMs,
       });
     }
     throwIfStreamFailed();

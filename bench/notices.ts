@@ -23,6 +23,7 @@ const ACTOR = "agent:bench:producer";
 const FREE_SESSIONS = Array.from({ length: 64 }, (_, i) => `agent:bench:free-${i}`);
 const LATENCY_AGENT = "lat";
 const FAN_AGENT = "fan";
+const PROBE_SESSION = "agent:probe:reader";
 
 interface NoticeBenchSizes {
   /** Watcher/target pairs for latency and the attached-throughput loads. */
@@ -159,6 +160,21 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
     ctx.log(
       `set-up: ${formatNumber(sizes.fanOutWatchers)} explicit watchers (Watch) on each of ${fanTargets.length} fan-out targets in ${seconds(setupStarted)} s`,
     );
+    // Another client reads a session of its own meanwhile (its GetStatus must not stall).
+    await core.appendEvents(
+      Array.from({ length: 20 }, (_, i) => ({
+        sessionKey: PROBE_SESSION,
+        agentId: "",
+        kind: "goal_changed" as const,
+        actorType: "agent" as const,
+        actorId: ACTOR,
+        runId: `probe-${i}`,
+        summary: "goal updated",
+        payload: {},
+        dedupeKey: "",
+        watcherSessionKeys: [],
+      })),
+    );
     const fan = await client.run({
       type: "fan-out",
       url,
@@ -166,15 +182,24 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
       targets: fanTargets,
       watchers: sizes.fanOutWatchers,
       actorId: ACTOR,
+      laterAppends: ctx.quick ? 100 : 300,
+      probeSession: PROBE_SESSION,
     });
     for (const [i, r] of fan.rounds.entries()) {
+      const later = [...r.laterAppendMs].sort((a, b) => a - b);
+      const probe = [...r.probeMs].sort((a, b) => a - b);
       ctx.log(
         `fan-out round ${i + 1}: append ${r.appendMs.toFixed(1)} ms, all ${r.received} notices ${r.allReceivedMs.toFixed(1)} ms after send ` +
-          `(${r.afterReturnMs.toFixed(1)} ms after the append returned)`,
+          `(${r.afterReturnMs.toFixed(1)} ms after the append returned); ${later.length} later appends p50 ${percentile(later, 0.5).toFixed(2)} ms ` +
+          `p99 ${percentile(later, 0.99).toFixed(2)} ms (${r.noticesDuringLater} notices meanwhile); other client's GetStatus ` +
+          `p50 ${percentile(probe, 0.5).toFixed(2)} ms p99 ${percentile(probe, 0.99).toFixed(2)} ms over ${probe.length} calls`,
       );
     }
     const fanAppend = median(fan.rounds.map((r) => r.appendMs));
     const fanAll = median(fan.rounds.map((r) => r.allReceivedMs));
+    const laterAll = fan.rounds.flatMap((r) => r.laterAppendMs).sort((a, b) => a - b);
+    const probeAll = fan.rounds.flatMap((r) => r.probeMs).sort((a, b) => a - b);
+    const noticesDuringLater = fan.rounds.reduce((n, r) => n + r.noticesDuringLater, 0);
 
     const pairsLabel = `${formatNumber(sizes.pairs)} watchers on ${formatNumber(sizes.pairs)} targets`;
     const fanLabel = `${formatNumber(sizes.fanOutWatchers)} watchers`;
@@ -206,6 +231,7 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
         value: percentile(afterSend, 0.99),
         unit: "ms",
         digits: 2,
+        maxValue: 10,
       },
       {
         section: SECTION,
@@ -220,6 +246,23 @@ export async function benchNotices(ctx: SectionContext): Promise<BenchRow[]> {
         value: fanAll,
         unit: "ms",
         digits: 1,
+        maxValue: 250,
+      },
+      {
+        section: SECTION,
+        metric: `fan-out: later appends while all ${formatNumber(sizes.fanOutWatchers)} notices are pending, p99 (${noticesDuringLater} notices meanwhile)`,
+        value: percentile(laterAll, 0.99),
+        unit: "ms",
+        digits: 2,
+        maxValue: 20,
+      },
+      {
+        section: SECTION,
+        metric: "fan-out: another client's GetStatus during the rounds, p99",
+        value: percentile(probeAll, 0.99),
+        unit: "ms",
+        digits: 2,
+        maxValue: 100,
       },
       {
         section: SECTION,

@@ -1,6 +1,7 @@
 /**
  * GetStatus over binary protocols answers with each event's bytes encoded once
- * (src/server/eventWire.ts). The fast path and the typed path must decode to the same
+ * (src/server/eventWire.ts), and notice streams write each notice field by field
+ * (src/server/noticeWire.ts). The fast path and the typed path must decode to the same
  * message: for random events, and through a real server over every protocol and encoding,
  * including rows written straight into the database (as by an older build or another replica).
  */
@@ -13,7 +14,9 @@ import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { GetStatusResponseSchema, StateChangesSchema, StateService } from "../gen/sessionstate/v1/state_pb.js";
 import type { SignalEvent } from "../src/core/model.js";
 import { EVENT_KINDS } from "../src/core/model.js";
-import { eventMessage } from "../src/server/convert.js";
+import { eventMessage, noticeMessage } from "../src/server/convert.js";
+import { encodeNotice, noticeField } from "../src/server/noticeWire.js";
+import { NoticeSchema, StreamNoticesResponseSchema } from "../gen/sessionstate/v1/watch_pb.js";
 import { EventWireCache, isBinaryCall } from "../src/server/eventWire.js";
 import { PROTOCOLS, startTestServer, transportFor, type TestServer } from "./support/harness.js";
 
@@ -69,6 +72,31 @@ describe("events encoded once", () => {
     expect(isBinaryCall(h("application/grpc-web+json; charset=utf-8"), "/x")).toBe(false);
     expect(isBinaryCall(h(undefined), "/s/M?connect=v1&encoding=proto&message=x")).toBe(true);
     expect(isBinaryCall(h(undefined), "/s/M?connect=v1&encoding=json&message=x")).toBe(false);
+  });
+});
+
+describe("notices encoded field by field", () => {
+  it("are byte for byte what the reflective encoder writes, for random notices", () => {
+    const notice = fc.record({
+      watcherKey: text,
+      targetAgentId: text,
+      targetKey: text,
+      changesSince: fc.nat({ max: Number.MAX_SAFE_INTEGER }),
+      notifiedSequence: fc.nat({ max: Number.MAX_SAFE_INTEGER }),
+      text,
+      contextKey: text,
+      wake: fc.boolean(),
+    });
+    fc.assert(
+      fc.property(notice, (n) => {
+        expect(encodeNotice(n)).toEqual(toBinary(NoticeSchema, noticeMessage(n)));
+        const viaField = create(StreamNoticesResponseSchema);
+        viaField.$unknown = noticeField(n);
+        const typed = create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
+        expect(toBinary(StreamNoticesResponseSchema, viaField)).toEqual(toBinary(StreamNoticesResponseSchema, typed));
+      }),
+      { numRuns: 500 },
+    );
   });
 });
 

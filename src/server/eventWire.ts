@@ -50,7 +50,8 @@ export class EventWireCache {
 }
 
 /**
- * Whether a call's messages travel as protobuf binary (Connect `application/proto`, gRPC and
+ * Whether a call's messages travel as protobuf binary (Connect `application/proto` and
+ * `application/connect+proto` for streams, gRPC and
  * gRPC-Web without `+json`, Connect GET with `encoding=proto`), where raw event bytes may
  * be used.
  */
@@ -62,6 +63,6 @@ export function isBinaryCall(requestHeader: Headers, url: string): boolean {
     return encoding === "proto";
   }
   const type = contentType.split(";")[0].trim().toLowerCase();
-  return type === "application/proto" || type === "application/grpc" || type === "application/grpc+proto" ||
-    type === "application/grpc-web" || type === "application/grpc-web+proto";
+  return type === "application/proto" || type === "application/connect+proto" || type === "application/grpc" ||
+    type === "application/grpc+proto" || type === "application/grpc-web" || type === "application/grpc-web+proto";
 }

@@ -9,6 +9,8 @@ import { StreamNoticesResponseSchema, WatchService, type StreamNoticesResponse }
 import { cursorMessage, int64, noticeMessage } from "../convert.js";
 import { resetCallKey } from "../callTransport.js";
 import { SubscriberQueue } from "../subscriberQueue.js";
+import { isBinaryCall } from "../eventWire.js";
+import { noticeField } from "../noticeWire.js";
 
 export interface StreamSettings {
   /** Heartbeat on an idle stream, in ms. */
@@ -77,10 +79,15 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       // another replica woke this one (SPEC §7).
       const sent = new Map<string, number>();
       const fresh = (n: Notice) => sent.get(pairOf(n)) !== n.changesSince;
+      const binary = isBinaryCall(ctx.requestHeader, ctx.url);
       const message = (n: Notice) => {
         sent.set(pairOf(n), n.changesSince);
         core.metrics.noticesDelivered(1);
-        return create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
+        if (!binary) return create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
+        // Binary: the notice's bytes written directly (a fan-out puts thousands on a stream).
+        const response = create(StreamNoticesResponseSchema);
+        response.$unknown = noticeField(n);
+        return response;
       };
       try {
         const pending = await core.pendingNotices(selector);
