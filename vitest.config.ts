@@ -34,7 +34,7 @@ const shared = {
 
 export default defineConfig({
   test: {
-    // Builds dist/sessionstate.js when a source is newer, so process tests run what ships.
+    // Builds dist/sessionstate.cjs when a source is newer, so process tests run what ships.
     globalSetup: ["test/support/globalSetup.ts"],
     maxWorkers: 2,
     projects: [

@@ -7,9 +7,9 @@
  * p50/p99 latencies are printed with the corpus size.
  *
  * The corpus is generated in this process with batched appends (1,000 messages per
- * transaction) through SqliteTranscriptStore, each message derived exactly as an append
- * over RPC derives it (sanitized, redacted, indexed). It lives in a temp dir that is removed
- * at the end. Run alone: `npx tsx bench/history.ts [--quick]` (--quick: 100,000 messages).
+ * transaction) through the core's transcript module on SQLite storage, each message
+ * derived exactly as an append over RPC derives it (sanitized, redacted, indexed). It lives
+ * in a temp dir that is removed at the end. Run alone: `npx tsx bench/history.ts [--quick]` (--quick: 100,000 messages).
  */
 import { createClient } from "@connectrpc/connect";
 import { createConnectTransport } from "@connectrpc/connect-node";

@@ -94,7 +94,7 @@ function targetOf(r: BenchRow): string {
   return targets.length === 0 ? "-" : targets.join(", ");
 }
 
-/** The one table: a Markdown table, so it can be pasted into the README as is. */
+/** The one table: a Markdown table, so it can be pasted into docs/performance.md as is. */
 export function renderTable(rows: BenchRow[]): string {
   const header = ["section", "metric", "value", "reference (same run)", "ratio", "target", "result"];
   const body = rows.map((r) => {

@@ -23,7 +23,7 @@ export interface Setting {
   boolean?: true;
 }
 
-/** The configuration table (the README repeats it). */
+/** The configuration table (docs/configuration.md repeats it; test/docs.test.ts checks that it does). */
 export const SETTINGS: Setting[] = [
   { flag: "host", env: "SESSIONSTATE_HOST", description: "Interface to bind", default: DEFAULTS.host },
   { flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
