@@ -45,7 +45,7 @@ export function authorization(tokens: Authenticator, logger: Logger, policy: Rea
       const denial = rule
         ? decide(principal, {
             procedure,
-            access: rule.access,
+            access: "actsWhen" in rule && rule.actsWhen?.(message as never) ? "act" : rule.access,
             agents: "agents" in rule ? () => rule.agents(message as never) : undefined,
             agentless: "agents" in rule && rule.agentless,
             nodes: "nodes" in rule ? () => rule.nodes(message as never) : undefined,
