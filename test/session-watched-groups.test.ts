@@ -37,22 +37,16 @@ afterAll(() => t.stop());
 
 const readable = async (key: string) => (await t.sessions.listSessions({ requester: me })).sessions.some((s) => s.sessionKey === key);
 
-describe("before main watches the group", () => {
-  it("the group is outside main's tree, and an explicit watch changes nothing", async () => {
+describe("an ambient-group watch", () => {
+  it("makes the group readable from main under TREE: list, get, history, search and status; an explicit watch does not", async () => {
+    // Before: outside main's tree, and an explicit watch changes nothing.
     expect(await readable(GROUP)).toBe(false);
     await t.watch.watch({ watcherSessionKey: MAIN, targetSessionKey: OTHER_GROUP });
     expect(await readable(OTHER_GROUP)).toBe(false);
     expect((await errorOf(tc.getHistory({ requester: me, session: { sessionKey: OTHER_GROUP } }))).code).toBe(Code.PermissionDenied);
-  });
-});
 
-describe("an ambient-group watch", () => {
-  beforeAll(async () => {
     const res = await t.watch.watch({ watcherSessionKey: MAIN, targetSessionKey: GROUP, provenance: WatchProvenance.AMBIENT_GROUP });
     expect(res).toMatchObject({ watched: true, created: true, cursor: { provenance: WatchProvenance.AMBIENT_GROUP } });
-  });
-
-  it("makes the group readable from main under TREE: list, get, history, search and status", async () => {
     const list = await t.sessions.listSessions({ requester: me });
     expect(list.sessions.map((s) => s.sessionKey).sort()).toEqual([GROUP, MAIN].sort());
     expect((await t.sessions.getSession({ requester: me, session: { sessionKey: GROUP } })).session?.sessionKey).toBe(GROUP);
