@@ -16,6 +16,7 @@ const BOTH_BACKENDS = [
   "test/transcript-*.test.ts",
   "test/visibility.test.ts",
   "test/upstream-monitor.test.ts",
+  "test/upstream-parity.test.ts",
   "test/faults/badInput.test.ts",
   "test/faults/clock.test.ts",
   "test/faults/slowSubscriber.test.ts",

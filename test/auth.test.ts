@@ -281,6 +281,24 @@ describe("scope rules", () => {
     expect(res.results[0].recorded).toBe(true);
   });
 
+  it("session_status with a model is a write: a reader is refused, a gateway of the session's agent may", async () => {
+    expect(await denial(as("reader").state.getStatus({ session: MAIN }))).toBe("no error");
+    expect(await denial(as("reader").state.getStatus({ session: MAIN, model: "default" }))).toMatch(
+      /^PermissionDenied: token "dashboard" has role reader, which only reads .*StateService\/GetStatus acts for sessions/,
+    );
+    expect(await denial(as("foreign gateway").state.getStatus({ session: MAIN, model: "default" }))).toMatch(/request targets agent "main"$/);
+    expect(await denial(as("gateway").state.getStatus({ session: MAIN, model: "default" }))).toBe("no error");
+  });
+
+  it('"current" and a requester-only patch are the requester\'s own session, scoped to the requester\'s agent', async () => {
+    const ops = { sessionKey: "agent:ops:main", agentId: "", visibility: VisibilityMode.TREE, sandboxed: false };
+    expect(await denial(as("gateway").state.getStatus({ requester: ops, session: { sessionKey: "current" } }))).toMatch(/request targets agent "ops"$/);
+    expect(await denial(as("gateway").sessions.patchSession({ requester: ops, label: "x" }))).toMatch(/request targets agent "ops"$/);
+    expect(await denial(as("foreign gateway").state.getStatus({ requester: ops }))).toBe("no error");
+    // A requester with visibility ALL is still only its own session here, not every agent.
+    expect(await denial(as("gateway").state.getStatus({ requester: { ...MAIN, agentId: "", visibility: VisibilityMode.ALL, sandboxed: false } }))).toBe("no error");
+  });
+
   it("a malformed session reference is INVALID_ARGUMENT, not a denial", async () => {
     expect(await denial(as("gateway").state.getStatus({ session: { sessionKey: "global" } }))).toMatch(
       /^InvalidArgument: session\.agent_id: is required/,

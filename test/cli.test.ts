@@ -98,6 +98,7 @@ describe("mistakes on the command line exit 2 with the usage", () => {
     [["node", "--node-id", "bad id"], /--node-id: /, "sessionstate node [options]"],
     [["backup"], /missing required argument 'dest'/, "sessionstate backup [options] <dest>"],
     [["check", "--db", "/nonexistent/state.db"], /--db: "\/nonexistent\/state\.db" does not exist/, "sessionstate check [options]"],
+    [["backup", "--db", "postgres://app:secret@127.0.0.1/state", "/tmp/x.db"], /--db: "postgres:\/\/app:\*\*\*@127\.0\.0\.1\/state" is PostgreSQL; backup and check read a SQLite file/, "sessionstate backup [options] <dest>"],
     [["status", "a", "b"], /too many arguments/, "sessionstate status [options] <sessionKey>"],
     [["frobnicate"], /unknown command 'frobnicate'/, "sessionstate [options] [command]"],
   ];

@@ -73,7 +73,10 @@ describe("ListSessions enrichments", () => {
     expect(textOf(main.messages[1])).toBe("also API_TOKEN=abcdef…cdef please");
     const twenty = await t.sessions.listSessions({ messageLimit: 20 });
     expect(row(twenty, MAIN).messages.map((m) => m.messageId)).toEqual(["u1", "a1", "u2", "a3"]);
-    expect(await codeOf(t.sessions.listSessions({ messageLimit: 21 }))).toBe(Code.InvalidArgument);
+    // Above 20 is clamped to 20, like the reference tool (SPEC §4: at most 20).
+    for (const messageLimit of [21, 4_000_000_000]) {
+      expect(row(await t.sessions.listSessions({ messageLimit }), MAIN).messages.map((m) => m.messageId)).toEqual(["u1", "a1", "u2", "a3"]);
+    }
   });
 
   it("only for rows the requester may see", async () => {

@@ -39,7 +39,7 @@ describe("visibility", () => {
     ["agent", stranger, [me], false],
     ["all", stranger, [], true],
   ] as const)("%s sees %o with ancestors %o: %s", (mode, target, ancestors, visible) => {
-    const scope = scopeOf(viewerOf({ session: me, mode, sandboxed: false }));
+    const scope = scopeOf(viewerOf({ session: me, mode, sandboxed: false }), "read");
     expect(canSee(scope, target, ancestors)).toBe(visible);
   });
 

@@ -45,7 +45,8 @@ let tc: Client<typeof TranscriptService>;
 const sessionIds: Record<string, string> = {};
 
 beforeAll(async () => {
-  t = await startTestServer();
+  // The requester's child is at spawn depth 2, and one test spawns a grandchild below it.
+  t = await startTestServer({ maxSpawnDepth: 3 });
   tc = transcriptClient(t.url);
   await t.sessions.upsertSession({ session: { sessionKey: PARENT } });
   await t.sessions.upsertSession({ session: { sessionKey: OTHER_AGENT } });

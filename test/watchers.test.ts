@@ -25,7 +25,8 @@ function subscribe(request: ConstructorParameters<typeof NoticeStream>[1], serve
 }
 
 beforeEach(async () => {
-  t = await startTestServer();
+  // Nested subagents (a child's own child) need a spawn depth of 2.
+  t = await startTestServer({ maxSpawnDepth: 2 });
   await t.sessions.upsertSession({ session: { sessionKey: MAIN }, kind: 1 });
 });
 afterEach(async () => {

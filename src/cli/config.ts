@@ -5,6 +5,7 @@
 import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import { DAY_MS } from "../core/signalLog.js";
+import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { TokenFile } from "../server/auth/tokens.js";
@@ -29,6 +30,7 @@ export const SETTINGS: Setting[] = [
   { flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
   { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
   { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
+  { flag: "max-spawn-depth", env: "SESSIONSTATE_MAX_SPAWN_DEPTH", description: "Deepest spawn allowed (1 = only top-level sessions spawn); a deeper SpawnSession is FAILED_PRECONDITION", default: String(DEFAULT_MAX_SPAWN_DEPTH) },
   { flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
   { flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
   { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
@@ -101,6 +103,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     port: int("port", 0, 65535),
     databasePath: database(value("db")),
     poolSize: int("pg-pool-size", 1, 1000),
+    maxSpawnDepth: int("max-spawn-depth", 1, MAX_SPAWN_DEPTH_LIMIT),
     retention: { maxAgeMs: int("retention-days", 1, 36500) * DAY_MS, maxRows: int("retention-rows", 1, 1_000_000_000) },
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),

@@ -7,6 +7,7 @@ import Database from "better-sqlite3";
 import type { Command } from "commander";
 import { existsSync, renameSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
+import { describeDatabase, isPostgresUrl } from "../core/databaseName.js";
 import { ConfigError, SETTINGS } from "./config.js";
 import type { Action } from "./program.js";
 
@@ -15,7 +16,10 @@ const DB_HELP = `the SQLite file [env ${DB.env}; default: ${DB.default}]`;
 
 /** --db, else the variable serve reads, else serve's default: the file `serve` would use. */
 function databasePath(flag: string | undefined): string {
-  const path = flag ?? process.env[DB.env] ?? DB.default;
+  const path = flag ?? (process.env[DB.env] || DB.default);
+  if (isPostgresUrl(path)) {
+    throw new ConfigError(`--db: "${describeDatabase(path)}" is PostgreSQL; backup and check read a SQLite file (use pg_dump and PostgreSQL's own checks, see docs/deployment.md)`);
+  }
   if (!existsSync(path)) throw new ConfigError(`--db: "${resolve(path)}" does not exist`);
   if (!statSync(path).isFile()) throw new ConfigError(`--db: "${resolve(path)}" is not a file`);
   return path;

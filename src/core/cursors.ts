@@ -11,7 +11,7 @@
  * - Cursors end with their watcher's reset, with either session's deletion, on Unwatch, and
  *   when idle past the log's retention.
  */
-import { notFound } from "./errors.js";
+import { failedPrecondition, notFound } from "./errors.js";
 import { watcherAgentId, type SessionId } from "./keys.js";
 import type { WatchCursor } from "./model.js";
 import type { WriteContext } from "./watchableStore.js";
@@ -52,23 +52,54 @@ export async function seedSpawnCursor(ctx: WriteContext, parentKey: string, chil
   return true;
 }
 
-/** An explicit watch from the target's current head (the caller checked watchRefusal). */
+/**
+ * An explicit or ambient-group watch from the target's current head (the caller checked
+ * watchRefusal). An existing cursor keeps its positions; an explicit one becomes an
+ * ambient-group one when asked (the stronger grant), never the other way.
+ */
 export async function watchAtHead(
   ctx: WriteContext,
   watcherKey: string,
   target: SessionId,
   maxWatchersPerTarget: number,
+  provenance: "explicit" | "ambient_group" = "explicit",
 ): Promise<{ cursor: WatchCursor; created: boolean }> {
+  if (provenance === "ambient_group") await checkAmbientGroup(ctx, watcherKey, target);
   const existing = await ctx.tx.cursors.cursor(watcherKey, target);
-  if (existing) return { cursor: existing, created: false };
+  if (existing) {
+    if (provenance !== "ambient_group" || existing.provenance !== "explicit") return { cursor: existing, created: false };
+    const upgraded: WatchCursor = { ...existing, provenance, updatedAt: ctx.now };
+    await ctx.tx.cursors.saveCursor(upgraded);
+    return { cursor: upgraded, created: false };
+  }
   const head = await ctx.tx.log.head(target);
   if ((!head || head.stateVersion === 0) && !(await ctx.tx.registry.sessionFields(target))) {
     throw notFound(`target session "${target.sessionKey}" (agent ${target.agentId}) is not known`);
   }
   admitWatcher(target, await ctx.tx.cursors.countOnTarget(target), maxWatchersPerTarget);
-  const cursor = cursorAt(watcherKey, target, head?.stateVersion ?? 0, "explicit", ctx.now);
+  const cursor = cursorAt(watcherKey, target, head?.stateVersion ?? 0, provenance, ctx.now);
   await ctx.tx.cursors.insertCursor(cursor);
   return { cursor, created: true };
+}
+
+/**
+ * An ambient-group watch is an agent's main session observing a group session of its own
+ * agent that routes into it (dmScope "main"); it also lets main read that group under
+ * visibility tree (transcript/visibility.ts), so both ends must be what they claim.
+ */
+async function checkAmbientGroup(ctx: WriteContext, watcherKey: string, target: SessionId): Promise<void> {
+  const watcher = { agentId: watcherAgentId(watcherKey)!, sessionKey: watcherKey };
+  if (watcher.agentId !== target.agentId) {
+    throw failedPrecondition(`an ambient-group watch stays within one agent: watcher "${watcherKey}" is not of agent ${target.agentId}`);
+  }
+  const watcherFields = await ctx.tx.registry.sessionFields(watcher);
+  if (watcherFields?.kind !== "main") {
+    throw failedPrecondition(`an ambient-group watcher must be a registered MAIN session; "${watcherKey}" is ${watcherFields ? `a ${watcherFields.kind.toUpperCase()} session` : "not registered"}`);
+  }
+  const targetFields = await ctx.tx.registry.sessionFields(target);
+  if (targetFields?.kind !== "group") {
+    throw failedPrecondition(`an ambient-group target must be a registered GROUP session; "${target.sessionKey}" is ${targetFields ? `a ${targetFields.kind.toUpperCase()} session` : "not registered"}`);
+  }
 }
 
 /** Ends a watch; true when there was one. */

@@ -106,6 +106,29 @@ export function resolveSession(fields: SessionFields, sessionKey: string, agentI
   return { agentId: checkAgentId(field.agent, agentId), sessionKey };
 }
 
+/** The key that names the requester's own session in the session tools (SPEC §4 session_status). */
+export const CURRENT_SESSION = "current";
+
+const THREAD_MARK = ":thread:";
+
+/**
+ * The parent channel session of a thread-scoped key (`…:thread:<id>`, SPEC §1), or undefined
+ * when the key is not thread-scoped.
+ */
+export function threadParentKey(sessionKey: string): string | undefined {
+  const at = sessionKey.lastIndexOf(THREAD_MARK);
+  if (at <= 0 || at + THREAD_MARK.length === sessionKey.length) return undefined;
+  return sessionKey.slice(0, at);
+}
+
+/** Thread-scoped keys are refused as targets (SPEC §4 sessions_send): INVALID_ARGUMENT naming the parent to use. */
+export function checkNotThreadScoped(field: string, sessionKey: string): void {
+  const parent = threadParentKey(sessionKey);
+  if (parent !== undefined) {
+    throw invalidArgument(field, `"${sessionKey}" is a thread-scoped session and cannot be a target; use its parent channel session "${parent}"`);
+  }
+}
+
 /** A watcher must be an agent-qualified session key (SPEC §3.1). */
 export function watcherAgentId(watcherKey: string): string | undefined {
   return agentIdOfKey(watcherKey);

@@ -100,6 +100,37 @@ export type RunStatus = "idle" | "running" | "completed" | "failed";
 export const THINKING_LEVELS = ["off", "minimal", "low", "medium", "high", "xhigh"] as const;
 export type ThinkingLevel = (typeof THINKING_LEVELS)[number];
 
+export const SPAWN_RUNTIMES = ["subagent", "acp"] as const;
+export type SpawnRuntime = (typeof SPAWN_RUNTIMES)[number];
+export const SPAWN_CONTEXTS = ["isolated", "fork"] as const;
+export type SpawnContext = (typeof SPAWN_CONTEXTS)[number];
+export type SandboxMode = "inherit" | "require";
+
+/** How a session was spawned (the latest spawn wins), after defaults were applied. */
+export interface SpawnInfo {
+  runtime: SpawnRuntime;
+  context: SpawnContext;
+  threadBound: boolean;
+  /** A persistent dashboard session. */
+  visible: boolean;
+  /** The child's run id the spawn returned. */
+  runId: string;
+}
+
+/** The session tools a Gateway offers a model (SPEC §4), in their proto order. */
+export const SESSION_TOOLS = [
+  "sessions_list",
+  "sessions_history",
+  "sessions_search",
+  "sessions",
+  "sessions_send",
+  "session_status",
+  "sessions_spawn",
+  "subagents",
+  "sessions_yield",
+] as const;
+export type SessionToolName = (typeof SESSION_TOOLS)[number];
+
 export interface DeliveryRoute {
   channel: string;
   to: string;
@@ -132,6 +163,13 @@ export interface SessionRecord {
   sidebarIcon?: string;
   /** Set by PatchSession; undefined = the agent's default. */
   thinkingLevel?: ThinkingLevel;
+  /** How SpawnSession created it; undefined = never spawned. */
+  spawn?: SpawnInfo;
+  sandboxed: boolean;
+  /** Ancestors through the parent chain; filled by the core's entry points (spawnPolicy.ts), not by the rows. */
+  spawnDepth?: number;
+  /** The session tools its model gets; filled with spawnDepth. */
+  sessionTools?: SessionToolName[];
 }
 
 /** Fields an upsert sets; undefined keeps the current value (or the default on create). */
@@ -150,6 +188,7 @@ export interface SessionPatch {
   pinned?: boolean;
   origin?: DeliveryRoute;
   deliveryContext?: DeliveryRoute;
+  sandboxed?: boolean;
 }
 
 export interface SessionFilter {
@@ -165,7 +204,7 @@ export interface SessionFilter {
   scope?: VisibilityScope;
 }
 
-export type WatchProvenance = "implicit_spawn" | "explicit";
+export type WatchProvenance = "implicit_spawn" | "explicit" | "ambient_group";
 
 export interface WatchCursor {
   watcherKey: string;

@@ -7,9 +7,13 @@ import { randomUUID } from "node:crypto";
 import { seedSpawnCursor, dropCursorsOfSession, dropCursorsOfWatcher } from "./cursors.js";
 import { failedPrecondition, notFound } from "./errors.js";
 import { agentIdOfKey, type SessionId } from "./keys.js";
-import type { SessionKind, SessionPatch, SessionRecord, SignalEvent } from "./model.js";
+import type { SessionKind, SessionPatch, SessionRecord, SignalEvent, ThinkingLevel } from "./model.js";
 import { appendEvent } from "./signalLog.js";
-import type { SessionFields } from "./storage.js";
+import { childSandboxed, sessionToolsFor, spawnRefusal, type SpawnOptions } from "./spawnPolicy.js";
+import type { SpawnTaskHook } from "./spawnTasks.js";
+import type { SessionFields, Tx } from "./storage.js";
+import type { MessageDraft } from "./transcript/model.js";
+import { appendMessagesIn, MAX_ANCESTRY } from "./transcript/transcripts.js";
 import type { WriteContext } from "./watchableStore.js";
 
 export interface SpawnInput {
@@ -17,16 +21,33 @@ export interface SpawnInput {
   child: SessionId;
   kind: SessionKind;
   label: string;
+  /** Override; "" keeps the child's model. */
   model: string;
+  /** Override; undefined keeps the child's thinking level. */
+  thinkingLevel?: ThinkingLevel;
   channel: string;
+  /** The parent's run that spawned the child (on the child_spawned event). */
   runId: string;
   dedupeKey?: string;
+  options: SpawnOptions;
+  /** The child's run id (already assigned). */
+  childRunId: string;
+  /** The delegated task ("" = none). */
+  task: string;
+  /** The child's first visible "[Subagent Task]" message; undefined when no task was given. */
+  taskMessage?: MessageDraft;
+  maxSpawnDepth: number;
+  registerTask: SpawnTaskHook;
 }
 
 export interface SpawnOutcome {
   child: SessionRecord;
   event: SignalEvent;
   parentWatching: boolean;
+  /** The child's run id. */
+  runId: string;
+  /** Message id of the task message; undefined when no task was given. */
+  taskMessageId?: string;
 }
 
 function unregistered(session: SessionId, what = "session") {
@@ -74,6 +95,8 @@ export async function upsertSession(ctx: WriteContext, session: SessionId, patch
     deliveryContext: patch.deliveryContext ?? existing?.deliveryContext,
     sidebarIcon: existing?.sidebarIcon ?? "",
     thinkingLevel: existing?.thinkingLevel ?? "",
+    spawn: existing?.spawn,
+    sandboxed: patch.sandboxed ?? existing?.sandboxed ?? false,
     createdAt: existing?.createdAt ?? ctx.now,
     updatedAt: ctx.now,
   };
@@ -83,11 +106,18 @@ export async function upsertSession(ctx: WriteContext, session: SessionId, patch
 }
 
 /**
- * Spawns (or re-spawns) a child under a registered parent: the child's row, its
- * `child_spawned` event, and the parent's implicit cursor at that event (SPEC §3.1).
+ * Spawns (or re-spawns) a child under a registered parent (SPEC §3.1, §4): the depth limit and
+ * sandbox rules first; then the child's row with its spawn options, its `child_spawned`
+ * event, the parent's implicit cursor at that event, the child's first visible
+ * "[Subagent Task]" message, and the task registration — all in this one transaction. Never
+ * waits for the child's run.
  */
 export async function spawnSession(ctx: WriteContext, input: SpawnInput): Promise<SpawnOutcome> {
-  if (!(await ctx.tx.registry.sessionFields(input.parent))) throw unregistered(input.parent, "parent session");
+  const parent = await ctx.tx.registry.sessionFields(input.parent);
+  if (!parent) throw unregistered(input.parent, "parent session");
+  const parentDepth = (await ctx.tx.registry.ancestorsOf(input.parent, MAX_ANCESTRY)).length;
+  const refusal = spawnRefusal({ ...input.parent, sandboxed: parent.sandboxed }, input.options.runtime, parentDepth, input.maxSpawnDepth);
+  if (refusal) throw refusal;
   const existing = await ctx.tx.registry.sessionFields(input.child);
   if (existing && existing.parentKey !== "" && existing.parentKey !== input.parent.sessionKey) {
     throw failedPrecondition(`session "${input.child.sessionKey}" is already a child of "${existing.parentKey}"`);
@@ -111,7 +141,15 @@ export async function spawnSession(ctx: WriteContext, input: SpawnInput): Promis
     origin: existing?.origin,
     deliveryContext: existing?.deliveryContext,
     sidebarIcon: existing?.sidebarIcon ?? "",
-    thinkingLevel: existing?.thinkingLevel ?? "",
+    thinkingLevel: input.thinkingLevel ?? existing?.thinkingLevel ?? "",
+    spawn: {
+      runtime: input.options.runtime,
+      context: input.options.context,
+      threadBound: input.options.threadBound,
+      visible: input.options.visible,
+      runId: input.childRunId,
+    },
+    sandboxed: childSandboxed(input.options.sandbox, parent.sandboxed, existing?.sandboxed ?? false),
     createdAt: existing?.createdAt ?? ctx.now,
     updatedAt: ctx.now,
   };
@@ -131,8 +169,34 @@ export async function spawnSession(ctx: WriteContext, input: SpawnInput): Promis
     watcherKeys: [],
   });
   const parentWatching = await seedSpawnCursor(ctx, input.parent.sessionKey, input.child, outcome.sequence);
+  if (input.taskMessage) await appendMessagesIn(ctx, input.child, undefined, [input.taskMessage]);
+  await input.registerTask(ctx, {
+    parent: input.parent,
+    child: input.child,
+    runId: input.childRunId,
+    runtime: input.options.runtime,
+    label: fields.label,
+    task: input.task,
+    parentRunId: input.runId,
+    spawnedAt: ctx.now,
+  });
   const event = (await ctx.tx.log.eventBySequence(outcome.sequence))!;
-  return { child: (await ctx.tx.registry.session(input.child))!, event, parentWatching };
+  return {
+    child: (await ctx.tx.registry.session(input.child))!,
+    event,
+    parentWatching,
+    runId: input.childRunId,
+    taskMessageId: input.taskMessage?.messageId,
+  };
+}
+
+/**
+ * The record with its spawn depth and the session tools its model gets (SPEC §4): derived on
+ * every read from the live parent chain and the service's limit, never stored.
+ */
+export async function withSpawnGrants(tx: Tx, record: SessionRecord, maxSpawnDepth: number): Promise<SessionRecord> {
+  const depth = (await tx.registry.ancestorsOf(record, MAX_ANCESTRY)).length;
+  return { ...record, spawnDepth: depth, sessionTools: sessionToolsFor(depth, maxSpawnDepth) };
 }
 
 /** A reset gives the session a new id and clears its run state; what it assumed about others (its cursors) goes. */

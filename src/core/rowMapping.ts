@@ -15,10 +15,11 @@ import type {
   ThinkingLevel,
   SessionRecord,
   SignalEvent,
+  SpawnInfo,
   WatchCursor,
   WatchProvenance,
 } from "./model.js";
-import type { ContentBlock, MessageDraft, MessageRole, Provenance, StoredMessage } from "./transcript/model.js";
+import type { ContentBlock, MessageDraft, MessageRole, MessageUsage, Provenance, StoredMessage } from "./transcript/model.js";
 import type { CheckStatus, UpstreamKind, UpstreamLink } from "./upstream/model.js";
 
 type Flag = number | boolean;
@@ -102,6 +103,8 @@ export interface SessionRow {
   updated_at: number;
   sidebar_icon: string;
   thinking_level: string;
+  spawn: string | null;
+  sandboxed: Flag;
 }
 
 export function fieldsFromRow(row: SessionRow): SessionFields {
@@ -125,6 +128,8 @@ export function fieldsFromRow(row: SessionRow): SessionFields {
     deliveryContext: routeFromColumn(row.delivery_context),
     sidebarIcon: row.sidebar_icon,
     thinkingLevel: row.thinking_level,
+    spawn: row.spawn === null ? undefined : (JSON.parse(row.spawn) as SpawnInfo),
+    sandboxed: Boolean(row.sandboxed),
     createdAt: row.created_at,
     updatedAt: row.updated_at,
   };
@@ -156,6 +161,8 @@ export function sessionFromRow(row: SessionRow & { state_version: number | null 
     deliveryContext: f.deliveryContext,
     sidebarIcon: f.sidebarIcon || undefined,
     thinkingLevel: (f.thinkingLevel || undefined) as ThinkingLevel | undefined,
+    spawn: f.spawn,
+    sandboxed: f.sandboxed,
   };
 }
 
@@ -181,9 +188,15 @@ export function sessionParams(f: SessionFields) {
     deliveryContext: routeToColumn(f.deliveryContext),
     sidebarIcon: f.sidebarIcon,
     thinkingLevel: f.thinkingLevel,
+    spawn: spawnToColumn(f.spawn),
+    sandboxed: Number(f.sandboxed),
     createdAt: f.createdAt,
     updatedAt: f.updatedAt,
   };
+}
+
+export function spawnToColumn(spawn: SpawnInfo | undefined): string | null {
+  return spawn === undefined ? null : JSON.stringify(spawn);
 }
 
 export function routeToColumn(route: DeliveryRoute | undefined): string | null {
@@ -256,7 +269,12 @@ export function messageParams(transcriptId: number, sequence: number, draft: Mes
     provenance: draft.provenance === undefined ? null : JSON.stringify(draft.provenance),
     content: JSON.stringify(draft.content),
     searchText: draft.searchText ?? null,
+    usage: draft.usage === undefined ? null : JSON.stringify(draft.usage),
   };
+}
+
+export function usageFromColumn(value: string): MessageUsage {
+  return JSON.parse(value) as MessageUsage;
 }
 
 export interface LinkRow {
@@ -277,6 +295,7 @@ export interface LinkRow {
   last_error: string;
   created_at: number;
   refreshed_at: number;
+  session_id: string;
 }
 
 const EMPTY = new Uint8Array(0);
@@ -297,6 +316,7 @@ export function linkFromRow(row: LinkRow): UpstreamLink {
     actorId: row.actor_id,
     createdAt: row.created_at,
     refreshedAt: row.refreshed_at,
+    sessionId: row.session_id,
   };
   if (row.last_status !== null) link.lastStatus = row.last_status as CheckStatus;
   if (row.last_checked_at !== null) link.lastCheckedAt = row.last_checked_at;

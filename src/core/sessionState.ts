@@ -5,9 +5,11 @@
  * which publishes the notices after commit. Transport-free; the Connect handlers and the
  * CLI both sit on top of it.
  */
+import { randomUUID } from "node:crypto";
 import { invalidArgument, notFound } from "./errors.js";
 import {
   checkActorId,
+  checkNotThreadScoped,
   checkSessionKey,
   flatSessionFields,
   resolveSession,
@@ -29,7 +31,12 @@ import type {
   SessionKind,
   SessionPatch,
   SessionRecord,
+  SandboxMode,
+  SpawnContext,
+  SpawnRuntime,
+  ThinkingLevel,
   WatchCursor,
+  WatchProvenance,
 } from "./model.js";
 import type { NoticeListener, ResyncListener } from "./noticeBus.js";
 import type { NoticeSlice } from "./noticeWakeups.js";
@@ -45,7 +52,12 @@ import {
   withMaterialMarks,
   type AckOutcome,
 } from "./noticeProtocol.js";
-import { deleteSession, resetSession, spawnSession, upsertSession, type SpawnOutcome } from "./registry.js";
+import { deleteSession, resetSession, spawnSession, upsertSession, withSpawnGrants, type SpawnInput, type SpawnOutcome } from "./registry.js";
+import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT, MAX_TASK_BYTES, resolveSpawnOptions, taskMessage as taskMessageInput } from "./spawnPolicy.js";
+import { registerNoTask, type SpawnTaskHook } from "./spawnTasks.js";
+import { draftOf } from "./transcript/draft.js";
+import type { MessageDraft, MessageInput } from "./transcript/model.js";
+import { defaultRedactor } from "./transcript/redact.js";
 import { ServiceClock } from "./serviceClock.js";
 import {
   appendEvent,
@@ -60,7 +72,7 @@ import {
   type RetentionPolicy,
 } from "./signalLog.js";
 import type { CursorPage, Storage, WatcherSelector } from "./storage.js";
-import { checkCount, checkRange, checkSummary, checkOneLine } from "./validation.js";
+import { checkBytes, checkCount, checkRange, checkSummary, checkOneLine } from "./validation.js";
 import { cursorPageSize, decodeCursorToken, encodeCursorToken, type CursorSelector } from "./cursorPages.js";
 import { NOTICES_TOPIC, WatchableStore } from "./watchableStore.js";
 
@@ -111,6 +123,17 @@ export interface SpawnRequest {
   runId: string;
   channel: string;
   dedupeKey: string;
+  /** The spawn options (SPEC §4 sessions_spawn); absent fields take their defaults. */
+  runtime?: SpawnRuntime;
+  thinkingLevel?: ThinkingLevel;
+  thread?: boolean;
+  sandbox?: SandboxMode;
+  context?: SpawnContext;
+  visible?: boolean;
+  /** The delegated task; "" or absent = none. */
+  task?: string;
+  /** The child's run id; "" or absent = assigned here. */
+  childRunId?: string;
 }
 
 export interface ListRequest extends Omit<SessionFilter, "updatedSince"> {
@@ -145,6 +168,10 @@ export interface SessionStateOptions {
   metrics?: CoreMetrics;
   /** Where background failures (a fan-out step) are reported. */
   onBackgroundError?: (err: unknown) => void;
+  /** Deepest spawn allowed (--max-spawn-depth, 1–32); default 1. */
+  maxSpawnDepth?: number;
+  /** Registers a spawn's task with the task registry, inside the spawn's transaction (spawnTasks.ts). */
+  registerSpawnedTask?: SpawnTaskHook;
 }
 
 /** Pending cursors re-frozen per transaction at start-up. */
@@ -156,6 +183,8 @@ export class SessionState {
   readonly retention: RetentionPolicy;
   readonly maxWatchersPerTarget: number;
   readonly metrics: CoreMetrics;
+  readonly maxSpawnDepth: number;
+  private readonly registerSpawnedTask: SpawnTaskHook;
   private readonly serviceClock: ServiceClock;
   private readonly clock: () => number;
   private readonly stopWakeups: () => void;
@@ -175,6 +204,16 @@ export class SessionState {
     });
     this.retention = options.retention ?? DEFAULT_RETENTION;
     this.maxWatchersPerTarget = options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET;
+    this.maxSpawnDepth = options.maxSpawnDepth ?? DEFAULT_MAX_SPAWN_DEPTH;
+    if (!Number.isInteger(this.maxSpawnDepth) || this.maxSpawnDepth < 1 || this.maxSpawnDepth > MAX_SPAWN_DEPTH_LIMIT) {
+      throw new RangeError(`maxSpawnDepth must be an integer from 1 to ${MAX_SPAWN_DEPTH_LIMIT} (got ${this.maxSpawnDepth})`);
+    }
+    this.registerSpawnedTask = options.registerSpawnedTask ?? registerNoTask;
+  }
+
+  /** The record with its spawn depth and session tools (SPEC §4), as every entry point returns it. */
+  async describe(record: SessionRecord): Promise<SessionRecord> {
+    return this.store.read((tx) => withSpawnGrants(tx, record, this.maxSpawnDepth));
   }
 
   now(): number {
@@ -246,7 +285,8 @@ export class SessionState {
     if (changesSince !== undefined) checkRange("changes_since", changesSince, 0, Number.MAX_SAFE_INTEGER);
     const pageSize = limit === undefined ? MAX_STATUS_LIMIT : checkRange("limit", limit, 1, MAX_STATUS_LIMIT);
     return this.store.read(async (tx) => {
-      const record = await tx.registry.session(session);
+      const found = await tx.registry.session(session);
+      const record = found && (await withSpawnGrants(tx, found, this.maxSpawnDepth));
       if (changesSince === undefined) {
         const head = await tx.log.head(session);
         if (!head && !record) throw unknownSession(session);
@@ -284,7 +324,8 @@ export class SessionState {
   async upsertSession(ref: { sessionKey: string; agentId: string }, patch: SessionPatch) {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     checkPatch(patch);
-    return this.store.write((ctx) => upsertSession(ctx, session, patch), { lock: [session] });
+    const result = await this.store.write((ctx) => upsertSession(ctx, session, patch), { lock: [session] });
+    return { ...result, session: await this.describe(result.session) };
   }
 
   /** The registered session, or undefined. */
@@ -296,7 +337,7 @@ export class SessionState {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     const record = await this.findSession(session);
     if (!record) throw unknownSession(session);
-    return record;
+    return this.describe(record);
   }
 
   async listSessions(request: ListRequest): Promise<{ sessions: SessionRecord[]; truncated: boolean }> {
@@ -310,7 +351,13 @@ export class SessionState {
     return { sessions: rows.slice(0, limit), truncated: rows.length > limit };
   }
 
-  async spawnSession(request: SpawnRequest): Promise<SpawnOutcome> {
+  /**
+   * sessions_spawn (SPEC §3.1, §4). `draft` turns the child's "[Subagent Task]" message into
+   * what the transcript stores; the session tools pass one with the service's redactor
+   * (SessionTools.spawnSession), the default uses the built-in redaction rules. Returns at
+   * once: the spawn never waits for the child's run.
+   */
+  async spawnSession(request: SpawnRequest, draft: (message: MessageInput) => MessageDraft = (m) => draftOf(m, defaultRedactor)): Promise<SpawnOutcome> {
     const parent = resolveSession("parent", request.parent.sessionKey, request.parent.agentId);
     checkSessionKey("child_session_key", request.childSessionKey);
     const child = { agentId: agentIdOfKey(request.childSessionKey) ?? parent.agentId, sessionKey: request.childSessionKey };
@@ -322,26 +369,45 @@ export class SessionState {
     checkOneLine("run_id", request.runId, 128);
     checkOneLine("channel", request.channel, 64);
     checkOneLine("dedupe_key", request.dedupeKey, 256);
-    const input = {
-        parent,
-        child,
-        kind: request.kind,
-        label: request.label,
-        model: request.model,
-        channel: request.channel,
-        runId: request.runId,
-        dedupeKey: request.dedupeKey === "" ? undefined : request.dedupeKey,
-      };
-    return this.store.write((ctx) => spawnSession(ctx, input), { lock: [child] });
+    const task = checkBytes("task", request.task ?? "", MAX_TASK_BYTES);
+    const childRunId = checkOneLine("child_run_id", request.childRunId ?? "", 128) || `run_${randomUUID()}`;
+    const options = resolveSpawnOptions({
+      runtime: request.runtime,
+      context: request.context,
+      thread: request.thread ?? false,
+      sandbox: request.sandbox,
+      visible: request.visible ?? false,
+    });
+    const dedupeKey = request.dedupeKey !== "" ? request.dedupeKey : request.childRunId ? `child-spawned:${request.childRunId}` : undefined;
+    const input: SpawnInput = {
+      parent,
+      child,
+      kind: request.kind,
+      label: request.label,
+      model: request.model,
+      thinkingLevel: request.thinkingLevel,
+      channel: request.channel,
+      runId: request.runId,
+      dedupeKey,
+      options,
+      childRunId,
+      task,
+      taskMessage: task === "" ? undefined : draft(taskMessageInput(task, childRunId, parent, this.clock())),
+      maxSpawnDepth: this.maxSpawnDepth,
+      registerTask: this.registerSpawnedTask,
+    };
+    const outcome = await this.store.write((ctx) => spawnSession(ctx, input), { lock: [child] });
+    return { ...outcome, child: await this.describe(outcome.child) };
   }
 
   async resetSession(ref: { sessionKey: string; agentId: string }) {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
-    return this.store.write(async (ctx) => {
+    const result = await this.store.write(async (ctx) => {
       // The reset drops the session's cursors as a watcher: lock their targets first.
       await ctx.tx.lock([session, ...(await ctx.tx.cursors.targetsOfWatcher(session.sessionKey))]);
       return resetSession(ctx, session);
     });
+    return { ...result, session: await this.describe(result.session) };
   }
 
   async deleteSession(ref: { sessionKey: string; agentId: string }) {
@@ -354,15 +420,28 @@ export class SessionState {
 
   // ---- Watches and notices ---------------------------------------------------------------------
 
-  /** Explicit watch (sessions_send with watch: true), starting at the target's current head. */
-  async watch(watcherKey: string, target: { sessionKey: string; agentId: string }): Promise<WatchResult> {
+  /**
+   * Explicit watch (sessions_send with watch: true), starting at the target's current head; or
+   * an ambient-group watch of an agent's main session on a group session of its own agent.
+   * A thread-scoped target is refused (SPEC §4): watch the parent channel session instead.
+   */
+  async watch(
+    watcherKey: string,
+    target: { sessionKey: string; agentId: string },
+    provenance: WatchProvenance = "explicit",
+  ): Promise<WatchResult> {
+    if (provenance === "implicit_spawn") {
+      throw invalidArgument("provenance", "IMPLICIT_SPAWN is seeded by SpawnSession only; Watch registers EXPLICIT or AMBIENT_GROUP");
+    }
     checkSessionKey("watcher_session_key", watcherKey);
     const targetId = resolveSession(flatSessionFields("target_"), target.sessionKey, target.agentId);
+    checkNotThreadScoped("target_session_key", targetId.sessionKey);
     const refusal = watchRefusal(watcherKey, targetId);
     if (refusal !== undefined) return { watched: false, reason: refusal };
-    const { cursor, created } = await this.store.write((ctx) => watchAtHead(ctx, watcherKey, targetId, this.maxWatchersPerTarget), {
-      lock: [targetId],
-    });
+    const { cursor, created } = await this.store.write(
+      (ctx) => watchAtHead(ctx, watcherKey, targetId, this.maxWatchersPerTarget, provenance),
+      { lock: [targetId] },
+    );
     return { watched: true, cursor, created };
   }
 

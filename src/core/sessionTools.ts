@@ -5,9 +5,21 @@
  * and shapes the bounded views. Transport-free, like SessionState, which it builds on.
  */
 import { DomainError, invalidArgument, notFound } from "./errors.js";
-import { resolveSession, type SessionId } from "./keys.js";
-import type { SessionRecord, ThinkingLevel } from "./model.js";
-import type { ListRequest, SessionState, StatusResult } from "./sessionState.js";
+import { CURRENT_SESSION, resolveSession, type SessionId } from "./keys.js";
+import type { DeliveryRoute, SessionRecord, ThinkingLevel } from "./model.js";
+import { MAX_STATUS_LIMIT, type ListRequest, type SessionState, type SpawnOutcome, type SpawnRequest, type StatusResult } from "./sessionState.js";
+import {
+  modelOverride,
+  newestUsageOf,
+  noLinkedTasks,
+  statusRoute,
+  statusUsage,
+  type LinkedTaskContext,
+  type LinkedTaskSource,
+  type StatusRoute,
+  type StatusUsage,
+} from "./sessionStatus.js";
+import type { Tx } from "./storage.js";
 import type { GroupCatalog } from "./settings/groups.js";
 import { checkGroupList, checkGroupName } from "./settings/groups.js";
 import type { ModelChooser, ModelFailure, RunResult } from "./settings/modelRevert.js";
@@ -19,7 +31,7 @@ import { defaultRedactor, type Redactor } from "./transcript/redact.js";
 import { derivedTitle, HISTORY_BLOCK_CHARS, PREVIEW_BLOCK_CHARS, renderMessage, type RenderOptions } from "./transcript/render.js";
 import { boundSnippet, checkQuery, searchLimit } from "./transcript/search.js";
 import type { SearchHitRecord } from "./transcript/queries.js";
-import { Transcripts } from "./transcript/transcripts.js";
+import { MAX_ANCESTRY, Transcripts } from "./transcript/transcripts.js";
 import {
   canSee,
   notVisible,
@@ -29,6 +41,7 @@ import {
   unknownSessionId,
   viewerOf,
   visibilityWarning,
+  type Access,
   type Viewer,
   type VisibilityMode,
 } from "./transcript/visibility.js";
@@ -118,6 +131,28 @@ export interface SessionToolsOptions {
   state: SessionState;
   /** Credential redaction for every returned text; default: the built-in rules. */
   redactor?: Redactor;
+  /** session_status's linked task context (the task registry, SPEC §6); default: none. */
+  linkedTasks?: LinkedTaskSource;
+}
+
+/** A session_status request as the transport hands it over (unchecked). */
+export interface StatusRequest {
+  /** Absent, an empty key or "current" = the requester's own session. */
+  session?: Ref;
+  changesSince?: number;
+  limit?: number;
+  /** Sets the session's model first; "" or "default" clears the override. */
+  model?: string;
+  /** The live run's route of the requester's session (reported only for that session). */
+  activeRoute?: DeliveryRoute;
+}
+
+export interface FullStatus extends StatusResult {
+  /** Present when the session is registered. */
+  route?: StatusRoute;
+  usage?: StatusUsage;
+  taskContext?: LinkedTaskContext;
+  modelChanged: boolean;
 }
 
 export class SessionTools {
@@ -125,58 +160,94 @@ export class SessionTools {
   readonly transcripts: Transcripts;
   readonly settings: SessionSettings;
   readonly redactor: Redactor;
+  private readonly linkedTasks: LinkedTaskSource;
 
   constructor(options: SessionToolsOptions) {
     this.state = options.state;
     this.transcripts = new Transcripts(options.state.store);
     this.settings = new SessionSettings(options.state.store);
     this.redactor = options.redactor ?? defaultRedactor;
+    this.linkedTasks = options.linkedTasks ?? noLinkedTasks;
   }
 
   // ---- Visibility ---------------------------------------------------------------------------
 
-  /** The viewer of a request: the operator when no requester is given. */
-  viewer(requester: RequesterRequest | undefined): Viewer {
+  /**
+   * The viewer of a request: the operator when no requester is given. A requester whose
+   * registered session runs sandboxed is sandboxed whatever its Requester says.
+   */
+  async viewer(requester: RequesterRequest | undefined): Promise<Viewer> {
     if (requester === undefined) return viewerOf(undefined);
     if (requester.sessionKey === "") {
       throw invalidArgument("requester.session_key", "is required when a requester is given (omit the requester for the operator view)");
     }
     const session = resolveSession("requester", requester.sessionKey, requester.agentId);
-    return viewerOf({ session, mode: requester.mode, sandboxed: requester.sandboxed });
+    const sandboxed = requester.sandboxed || (await this.state.findSession(session))?.sandboxed === true;
+    return viewerOf({ session, mode: requester.mode, sandboxed });
   }
 
-  async isVisible(viewer: Viewer, target: SessionId): Promise<boolean> {
-    const scope = scopeOf(viewer);
+  /** Whether the viewer may read (or, with access "write", change) `target`. */
+  async isVisible(viewer: Viewer, target: SessionId, access: Access): Promise<boolean> {
+    const scope = scopeOf(viewer, access);
     if (scope.mode !== "tree" || sameSession(scope.root, target)) return canSee(scope, target, []);
-    return canSee(scope, target, await this.transcripts.ancestorsOf(target));
+    return this.state.store.read(async (tx) => {
+      const ancestors = await tx.registry.ancestorsOf(target, MAX_ANCESTRY);
+      if (canSee(scope, target, ancestors)) return true;
+      return scope.watchedGroups && canSee(scope, target, ancestors, await isWatchedGroup(tx, scope.root, target));
+    });
   }
 
   /** PERMISSION_DENIED, naming the mode, when the viewer may not see `target`. */
-  async checkVisible(viewer: Viewer, target: SessionId): Promise<void> {
-    if (!(await this.isVisible(viewer, target))) throw notVisible(viewer, target);
+  async checkVisible(viewer: Viewer, target: SessionId, access: Access): Promise<void> {
+    if (!(await this.isVisible(viewer, target, access))) throw notVisible(viewer, target, access);
   }
 
   /**
    * Resolves a target named by key (visibility checked first, so an out-of-scope key answers
    * PERMISSION_DENIED whether or not it exists) or by session id (resolving only to visible
-   * sessions; NOT_FOUND otherwise, so ids reveal nothing).
+   * sessions; NOT_FOUND otherwise, so ids reveal nothing). The key "current" names the
+   * requester's own session; with `orOwn`, naming nothing does too.
    */
-  private async resolveTarget(viewer: Viewer, target: TargetRequest): Promise<TranscriptRef> {
+  private async resolveTarget(viewer: Viewer, target: TargetRequest, access: Access, orOwn = false): Promise<TranscriptRef> {
     const byKey = target.session !== undefined && target.session.sessionKey !== "";
-    if (byKey === (target.sessionId !== "")) {
-      throw invalidArgument("session", "give exactly one of session (by key) and session_id");
+    const byId = target.sessionId !== "";
+    if (byKey && byId) throw invalidArgument("session", "give exactly one of session (by key) and session_id");
+    if (!byKey && !byId) {
+      if (orOwn && viewer.kind === "requester") return this.ownTranscript(viewer);
+      throw invalidArgument(
+        "session",
+        orOwn ? "give session (by key) or session_id, or a requester to act on its own session" : "give exactly one of session (by key) and session_id",
+      );
     }
     if (byKey) {
-      const session = resolveSession("session", target.session!.sessionKey, target.session!.agentId);
-      await this.checkVisible(viewer, session);
+      const session = this.namedSession(viewer, target.session!);
+      await this.checkVisible(viewer, session, access);
       const record = await this.state.findSession(session);
       if (!record) throw notFound(`session "${session.sessionKey}" (agent ${session.agentId}) is not registered`);
       return { session, sessionId: record.sessionId, current: true };
     }
     checkOneLine("session_id", target.sessionId, 128);
     const found = await this.transcripts.findSessionId(target.sessionId);
-    if (!found || !(await this.isVisible(viewer, found.session))) throw unknownSessionId(viewer, target.sessionId);
+    if (!found || !(await this.isVisible(viewer, found.session, access))) throw unknownSessionId(viewer, target.sessionId);
     return found;
+  }
+
+  /** A session named by key; "current" is the requester's own (SPEC §4 session_status). */
+  private namedSession(viewer: Viewer, ref: Ref): SessionId {
+    if (ref.sessionKey !== CURRENT_SESSION) return resolveSession("session", ref.sessionKey, ref.agentId);
+    if (viewer.kind === "operator") {
+      throw invalidArgument("session.session_key", `"${CURRENT_SESSION}" names the requester's own session: give a requester`);
+    }
+    if (ref.agentId !== "" && ref.agentId !== viewer.session.agentId) {
+      throw invalidArgument("session.agent_id", `"${ref.agentId}" is not the requester's agent "${viewer.session.agentId}" ("${CURRENT_SESSION}" is the requester's own session)`);
+    }
+    return viewer.session;
+  }
+
+  private async ownTranscript(viewer: Viewer & { kind: "requester" }): Promise<TranscriptRef> {
+    const record = await this.state.findSession(viewer.session);
+    if (!record) throw notFound(`the requester's session "${viewer.session.sessionKey}" (agent ${viewer.session.agentId}) is not registered`);
+    return { session: viewer.session, sessionId: record.sessionId, current: true };
   }
 
   // ---- Transcripts --------------------------------------------------------------------------
@@ -193,8 +264,8 @@ export class SessionTools {
 
   async getHistory(requester: RequesterRequest | undefined, target: TargetRequest, request: HistoryRequest): Promise<HistoryResult> {
     const plan = planHistory(request);
-    const viewer = this.viewer(requester);
-    const transcript = await this.resolveTarget(viewer, target);
+    const viewer = await this.viewer(requester);
+    const transcript = await this.resolveTarget(viewer, target, "read");
     const window = await this.transcripts.readHistory(transcript, {
       includeTools: plan.includeTools,
       asOfSequence: plan.asOfSequence,
@@ -216,13 +287,13 @@ export class SessionTools {
   async search(requester: RequesterRequest | undefined, request: SearchRequest): Promise<SearchResult> {
     const query = checkQuery(request.query);
     const limit = searchLimit(request.limit);
-    const viewer = this.viewer(requester);
+    const viewer = await this.viewer(requester);
     let only: SessionId | undefined;
     if (request.session !== undefined && request.session.sessionKey !== "") {
       only = resolveSession("session", request.session.sessionKey, request.session.agentId);
-      await this.checkVisible(viewer, only);
+      await this.checkVisible(viewer, only, "read");
     }
-    const { hits, truncated } = await this.transcripts.search({ phrase: query, scope: scopeOf(viewer), session: only, limit });
+    const { hits, truncated } = await this.transcripts.search({ phrase: query, scope: scopeOf(viewer, "read"), session: only, limit });
     return {
       hits: hits.map((h) => ({ ...h, snippet: boundSnippet(h.snippet, this.redactor) })),
       truncated,
@@ -238,10 +309,12 @@ export class SessionTools {
   // ---- Registry reads under visibility -----------------------------------------------------------
 
   async listSessions(requester: RequesterRequest | undefined, request: ListRequest, options: ListingOptions): Promise<ListingResult> {
-    checkRange("message_limit", options.messageLimit, 0, MAX_LISTING_MESSAGES);
-    const viewer = this.viewer(requester);
+    // Like the reference tool, a larger message_limit is clamped to the most a row carries.
+    const messageLimit = Math.min(checkRange("message_limit", options.messageLimit, 0, Number.MAX_SAFE_INTEGER), MAX_LISTING_MESSAGES);
+    options = { ...options, messageLimit };
+    const viewer = await this.viewer(requester);
     // The scope is part of the query, so limit and truncated count visible rows only.
-    const { sessions, truncated } = await this.state.listSessions({ ...request, scope: scopeOf(viewer) });
+    const { sessions, truncated } = await this.state.listSessions({ ...request, scope: scopeOf(viewer, "read") });
     const lastMessages = Math.max(options.messageLimit, options.includeLastMessage ? 1 : 0);
     let rows: ListingRow[] = sessions.map((session) => ({ session }));
     if (sessions.length > 0 && (options.includeDerivedTitles || lastMessages > 0)) {
@@ -261,29 +334,76 @@ export class SessionTools {
   }
 
   async getSession(requester: RequesterRequest | undefined, target: TargetRequest): Promise<SessionRecord> {
-    const viewer = this.viewer(requester);
-    const transcript = await this.resolveTarget(viewer, target);
+    const viewer = await this.viewer(requester);
+    const transcript = await this.resolveTarget(viewer, target, "read");
     const record = await this.state.findSession(transcript.session);
     if (!record) throw notFound(`session "${transcript.session.sessionKey}" (agent ${transcript.session.agentId}) is not registered`);
-    return record;
+    return this.state.describe(record);
   }
 
-  /** session_status under visibility: the requester must see the session. */
-  async getStatus(requester: RequesterRequest | undefined, ref: Ref, changesSince?: number, limit?: number): Promise<StatusResult> {
-    const viewer = this.viewer(requester);
-    if (viewer.kind !== "operator") await this.checkVisible(viewer, resolveSession("session", ref.sessionKey, ref.agentId));
-    return this.state.getStatus(ref, changesSince, limit);
+  /**
+   * session_status (SPEC §4) under visibility: the requester must see the session (and, to set
+   * its model, may change it). "current" or no session = the requester's own. Adds the route
+   * context, the token counters and the linked task context to the head and delta.
+   */
+  async getStatus(requester: RequesterRequest | undefined, request: StatusRequest): Promise<FullStatus> {
+    const viewer = await this.viewer(requester);
+    const named = request.session !== undefined && request.session.sessionKey !== "";
+    if (!named && viewer.kind === "operator") {
+      throw invalidArgument("session", `is required without a requester (with one, empty or "${CURRENT_SESSION}" is the requester's own session)`);
+    }
+    const session = named ? this.namedSession(viewer, request.session!) : (viewer as Viewer & { kind: "requester" }).session;
+    // Every field is checked before the model is written: a rejected request changes nothing.
+    if (request.changesSince !== undefined) checkRange("changes_since", request.changesSince, 0, Number.MAX_SAFE_INTEGER);
+    if (request.limit !== undefined) checkRange("limit", request.limit, 1, MAX_STATUS_LIMIT);
+    const active = request.activeRoute && checkRoute("active_route", request.activeRoute);
+    const model = request.model === undefined ? undefined : modelOverride(checkOneLine("model", request.model, 256));
+    let modelChanged = false;
+    if (model !== undefined) {
+      if (viewer.kind !== "operator") await this.checkVisible(viewer, session, "write");
+      const chooser = viewer.kind === "operator" ? "human" : "agent";
+      modelChanged = (await this.settings.patchSession(session, { model }, chooser)).modelChanged;
+    } else if (viewer.kind !== "operator") {
+      await this.checkVisible(viewer, session, "read");
+    }
+    const status = await this.state.getStatus(session, request.changesSince, request.limit);
+    if (!status.session) return { ...status, modelChanged };
+    const record = status.session;
+    const { newest, taskContext } = await this.state.store.read(async (tx) => ({
+      newest: await newestUsageOf(tx, record),
+      taskContext: await this.linkedTasks(tx, session, viewer),
+    }));
+    // Only the session being served now has a live route: the requester's own.
+    const own = viewer.kind === "requester" && sameSession(viewer.session, session);
+    return {
+      ...status,
+      route: statusRoute(record, own ? active : undefined),
+      usage: statusUsage(record, newest),
+      taskContext,
+      modelChanged,
+    };
+  }
+
+  // ---- Spawn ----------------------------------------------------------------------------------
+
+  /**
+   * sessions_spawn (SPEC §4): the registry's spawn with the child's "[Subagent Task]" message
+   * indexed through the service's redactor. Returns at once with the child's run id and key.
+   */
+  async spawnSession(request: SpawnRequest): Promise<SpawnOutcome> {
+    return this.state.spawnSession(request, (message) => draftOf(message, this.redactor));
   }
 
   // ---- Patch and the model revert rule -------------------------------------------------------------
 
   async patchSession(requester: RequesterRequest | undefined, target: TargetRequest, request: PatchRequest): Promise<PatchResult> {
     const patch = checkSettingsPatch(request);
-    const viewer = this.viewer(requester);
-    const transcript = await this.resolveTarget(viewer, target);
+    const viewer = await this.viewer(requester);
+    // With only a requester, the patch is of the requester's own session (SPEC §4).
+    const transcript = await this.resolveTarget(viewer, target, "write", true);
     const chooser = request.chooser ?? (viewer.kind === "operator" ? "human" : "agent");
     const { session, selection } = await this.settings.patchSession(transcript.session, patch, chooser);
-    return { session, modelRevertible: selection !== undefined, revertModel: selection?.previousModel ?? "" };
+    return { session: await this.state.describe(session), modelRevertible: selection !== undefined, revertModel: selection?.previousModel ?? "" };
   }
 
   async reportRunResult(ref: Ref, request: RunResultRequest): Promise<RunReportOutcome> {
@@ -298,37 +418,38 @@ export class SessionTools {
       if (request.failure !== undefined) throw invalidArgument("failure", "is only allowed when outcome is FAILED");
       result = { outcome: "succeeded" };
     }
-    return this.settings.reportRunResult(session, { runId: request.runId, model: request.model, result });
+    const outcome = await this.settings.reportRunResult(session, { runId: request.runId, model: request.model, result });
+    return { ...outcome, session: await this.state.describe(outcome.session) };
   }
 
   // ---- Group catalog --------------------------------------------------------------------------------
 
   async listGroups(requester: RequesterRequest | undefined): Promise<GroupCatalog> {
-    this.viewer(requester);
+    await this.viewer(requester);
     return this.settings.listGroups();
   }
 
   async setGroups(requester: RequesterRequest | undefined, groups: string[], expectedVersion?: number): Promise<GroupCatalog> {
-    this.checkMayEditCatalog(requester);
+    await this.checkMayEditCatalog(requester);
     return this.settings.setGroups(checkGroupList(groups), checkVersion(expectedVersion));
   }
 
   async renameGroup(requester: RequesterRequest | undefined, name: string, newName: string, expectedVersion?: number): Promise<GroupCatalog> {
-    this.checkMayEditCatalog(requester);
+    await this.checkMayEditCatalog(requester);
     checkGroupName("name", name);
     checkGroupName("new_name", newName);
     return this.settings.renameGroup(name, newName, checkVersion(expectedVersion));
   }
 
   async deleteGroup(requester: RequesterRequest | undefined, name: string, expectedVersion?: number): Promise<GroupCatalog> {
-    this.checkMayEditCatalog(requester);
+    await this.checkMayEditCatalog(requester);
     checkGroupName("name", name);
     return this.settings.deleteGroup(name, checkVersion(expectedVersion));
   }
 
   /** The catalog is global: a sandboxed requester, limited to its own tree, may read it but not change it. */
-  private checkMayEditCatalog(requester: RequesterRequest | undefined): void {
-    const viewer = this.viewer(requester);
+  private async checkMayEditCatalog(requester: RequesterRequest | undefined): Promise<void> {
+    const viewer = await this.viewer(requester);
     if (viewer.kind === "requester" && viewer.sandboxed) {
       throw new DomainError(
         "permission_denied",
@@ -336,6 +457,23 @@ export class SessionTools {
       );
     }
   }
+}
+
+/**
+ * Whether `target` is a GROUP session of the root's agent on which the root holds an
+ * ambient-group watch cursor (the watched-group read grant of transcript/visibility.ts).
+ */
+async function isWatchedGroup(tx: Tx, root: SessionId, target: SessionId): Promise<boolean> {
+  if (target.agentId !== root.agentId) return false;
+  const cursor = await tx.cursors.cursor(root.sessionKey, target);
+  if (cursor?.provenance !== "ambient_group") return false;
+  return (await tx.registry.sessionFields(target))?.kind === "group";
+}
+
+/** A route as the transport hands it over: every field bounded text. */
+function checkRoute(field: string, route: DeliveryRoute): DeliveryRoute {
+  for (const [name, value] of Object.entries(route)) checkOneLine(`${field}.${name}`, value, 256);
+  return route;
 }
 
 function checkVersion(expected: number | undefined): number | undefined {
@@ -348,7 +486,7 @@ function checkSettingsPatch(p: PatchRequest): SettingsPatch {
   if (p.sidebarIcon !== undefined) patch.sidebarIcon = checkOneLine("sidebar_icon", p.sidebarIcon, 64);
   if (p.pinned !== undefined) patch.pinned = p.pinned;
   if (p.archived !== undefined) patch.archived = p.archived;
-  if (p.model !== undefined) patch.model = checkOneLine("model", p.model, 256);
+  if (p.model !== undefined) patch.model = modelOverride(checkOneLine("model", p.model, 256));
   if (p.thinkingLevel !== undefined) patch.thinkingLevel = p.thinkingLevel as ThinkingLevel | null;
   if (Object.keys(patch).length === 0) {
     throw new DomainError("invalid_argument", "nothing to change: give at least one of label, sidebar_icon, pinned, archived, model, thinking_level");

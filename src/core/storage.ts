@@ -22,10 +22,11 @@ import type {
   WatchCursor,
   DeliveryRoute,
   RunStatus,
+  SpawnInfo,
 } from "./model.js";
 import type { GroupCatalog } from "./settings/groups.js";
 import type { ModelSelection } from "./settings/modelRevert.js";
-import type { MessageDraft, StoredMessage, TranscriptRef } from "./transcript/model.js";
+import type { MessageDraft, MessageUsage, ProvenanceKind, StoredMessage, TranscriptRef } from "./transcript/model.js";
 import type { SearchHitRecord, SearchQuery } from "./transcript/queries.js";
 import type { LinkFilter, UpstreamLink, CheckStatus, UpstreamKind } from "./upstream/model.js";
 
@@ -171,6 +172,9 @@ export interface SessionFields {
   deliveryContext?: DeliveryRoute;
   sidebarIcon: string;
   thinkingLevel: string;
+  /** undefined = never spawned. */
+  spawn?: SpawnInfo;
+  sandboxed: boolean;
   createdAt: number;
   updatedAt: number;
 }
@@ -264,8 +268,13 @@ export interface TranscriptRows {
   firstUserMessage(transcriptId: number): Awaitable<StoredMessage | undefined>;
   /** Newest first, tool-only messages left out. */
   lastMessages(transcriptId: number, limit: number): Awaitable<StoredMessage[]>;
-  /** The newest user messages of the session's current transcript, newest first. */
-  recentUserMessages(session: SessionId, limit: number): Awaitable<StoredMessage[]>;
+  /**
+   * The newest user messages of the session's current transcript, newest first, leaving out
+   * those whose provenance kind is `excludeProvenance` (when given).
+   */
+  recentUserMessages(session: SessionId, limit: number, excludeProvenance?: ProvenanceKind): Awaitable<StoredMessage[]>;
+  /** The newest message of the transcript that carries a token usage entry. */
+  newestUsage(transcriptId: number): Awaitable<{ sequence: number; usage: MessageUsage } | undefined>;
   /**
    * Full-text phrase search over indexed text, newest first, in current transcripts of
    * sessions in scope, at most `limit` (the caller asks one more to learn truncation).
@@ -300,6 +309,8 @@ export interface LinkRowChange {
   lastCheckedAt?: number;
   lastError: string;
   refreshedAt: number;
+  /** The adopted session's id the link was last checked (or linked) against; "" = not known. */
+  sessionId: string;
 }
 
 export interface UpstreamRows {

@@ -11,9 +11,13 @@ import { ActorTypeSchema, EventKindSchema, RunOutcomeSchema, SessionStateEventSc
 import {
   DeliveryRouteSchema,
   RunStatusSchema,
+  SandboxModeSchema,
   SessionKindSchema,
   SessionListEntrySchema,
   SessionSchema,
+  SessionToolSchema,
+  SpawnContextSchema,
+  SpawnRuntimeSchema,
   ThinkingLevelSchema,
   type DeliveryRoute,
   type Session,
@@ -62,6 +66,10 @@ export const sessionKinds = new EnumCodec<core.SessionKind>(SessionKindSchema);
 export const runStatuses = new EnumCodec<core.RunStatus>(RunStatusSchema);
 export const provenances = new EnumCodec<core.WatchProvenance>(WatchProvenanceSchema);
 export const thinkingLevels = new EnumCodec<core.ThinkingLevel>(ThinkingLevelSchema);
+export const spawnRuntimes = new EnumCodec<core.SpawnRuntime>(SpawnRuntimeSchema);
+export const spawnContexts = new EnumCodec<core.SpawnContext>(SpawnContextSchema);
+export const sandboxModes = new EnumCodec<core.SandboxMode>(SandboxModeSchema);
+export const sessionTools = new EnumCodec<core.SessionToolName>(SessionToolSchema);
 
 /** int64 fields arrive as bigint; the core counts in safe integers. */
 export function int64(field: string, value: bigint): number {
@@ -92,7 +100,7 @@ export function eventMessage(e: core.SignalEvent): SessionStateEvent {
   });
 }
 
-function routeMessage(route: core.DeliveryRoute | undefined): DeliveryRoute | undefined {
+export function routeMessage(route: core.DeliveryRoute | undefined): DeliveryRoute | undefined {
   return route === undefined ? undefined : create(DeliveryRouteSchema, route);
 }
 
@@ -110,6 +118,16 @@ export function sessionMessage(s: core.SessionRecord): Session {
     createdAt: timestampFromMs(s.createdAt),
     origin: routeMessage(s.origin),
     deliveryContext: routeMessage(s.deliveryContext),
+    spawn: s.spawn && {
+      runtime: spawnRuntimes.number(s.spawn.runtime),
+      context: spawnContexts.number(s.spawn.context),
+      threadBound: s.spawn.threadBound,
+      visible: s.spawn.visible,
+      runId: s.spawn.runId,
+    },
+    sandboxed: s.sandboxed,
+    spawnDepth: s.spawnDepth ?? 0,
+    sessionTools: (s.sessionTools ?? []).map((t) => sessionTools.number(t)),
   });
 }
 

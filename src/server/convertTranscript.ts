@@ -62,6 +62,14 @@ export function messageRequestOf(field: string, m: TranscriptMessage): MessageRe
       sourceSessionKey: m.provenance.sourceSessionKey,
       sourceAgentId: m.provenance.sourceAgentId,
     },
+    usage: m.usage && {
+      inputTokens: int64(`${field}.usage.input_tokens`, m.usage.inputTokens),
+      outputTokens: int64(`${field}.usage.output_tokens`, m.usage.outputTokens),
+      cacheReadTokens: int64(`${field}.usage.cache_read_tokens`, m.usage.cacheReadTokens),
+      cacheWriteTokens: int64(`${field}.usage.cache_write_tokens`, m.usage.cacheWriteTokens),
+      totalTokens: int64(`${field}.usage.total_tokens`, m.usage.totalTokens),
+      contextTokens: int64(`${field}.usage.context_tokens`, m.usage.contextTokens),
+    },
   };
 }
 

@@ -12,6 +12,8 @@ import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
+import { noLinkedTasks } from "../core/sessionStatus.js";
+import { registerNoTask } from "../core/spawnTasks.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/signalLog.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
@@ -73,6 +75,8 @@ export interface ServerOptions {
   tls?: TlsOptions;
   /** Extra credential patterns (regular expressions) redacted from history, listings and search. */
   redactPatterns?: string[];
+  /** Deepest SpawnSession allowed (1 = only top-level sessions spawn); default 1. */
+  maxSpawnDepth?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
@@ -149,10 +153,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
     maxWatchersPerTarget: options.maxWatchersPerTarget,
+    maxSpawnDepth: options.maxSpawnDepth,
     metrics,
+    // The task registry (SPEC §6) registers each spawn's task here, in the spawn's transaction.
+    registerSpawnedTask: registerNoTask,
     onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
-  const tools = new SessionTools({ state: core, redactor });
+  // The task registry (SPEC §6) fills session_status's linked task context here.
+  const tools = new SessionTools({ state: core, redactor, linkedTasks: noLinkedTasks });
   const health = new HealthStatus();
   const storageHealth = new StorageHealth(
     storage.description.database,

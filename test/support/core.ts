@@ -2,6 +2,7 @@
 import { SessionState, type AppendEventInput } from "../../src/core/sessionState.js";
 import { openStorage } from "../../src/core/openStorage.js";
 import type { RetentionPolicy } from "../../src/core/signalLog.js";
+import type { SpawnTaskHook } from "../../src/core/spawnTasks.js";
 import type { Backend } from "../../src/core/storage.js";
 import { testBackend, type RawDatabase } from "./backends.js";
 
@@ -17,7 +18,10 @@ export interface CoreFixture {
   dispose(): Promise<void>;
 }
 
-export async function openCore(retention?: RetentionPolicy, options: { maxWatchersPerTarget?: number } = {}): Promise<CoreFixture> {
+export async function openCore(
+  retention?: RetentionPolicy,
+  options: { maxWatchersPerTarget?: number; maxSpawnDepth?: number; registerSpawnedTask?: SpawnTaskHook } = {},
+): Promise<CoreFixture> {
   const database = await testBackend();
   const clock = { now: Date.UTC(2026, 10, 1) };
   const open = async () =>
@@ -26,6 +30,8 @@ export async function openCore(retention?: RetentionPolicy, options: { maxWatche
       clock: () => clock.now,
       retention,
       maxWatchersPerTarget: options.maxWatchersPerTarget,
+      maxSpawnDepth: options.maxSpawnDepth,
+      registerSpawnedTask: options.registerSpawnedTask,
     });
   const fixture: CoreFixture = {
     core: await open(),

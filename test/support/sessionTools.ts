@@ -2,12 +2,13 @@
  * Helpers for the session-tools tests: a TranscriptService client over any protocol, and
  * builders for transcript messages and requesters.
  */
-import { create } from "@bufbuild/protobuf";
+import { create, type MessageInitShape } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import {
   ContentBlockSchema,
   MessageRole,
+  ProvenanceSchema,
   TranscriptMessageSchema,
   type ContentBlock,
   type TranscriptMessage,
@@ -34,6 +35,11 @@ export function message(id: string, role: MessageRole, ...content: ContentBlock[
 }
 
 export const user = (id: string, value: string) => message(id, MessageRole.USER, text(value));
+
+/** A user message with a stated provenance. */
+export function userWith(id: string, value: string, provenance: MessageInitShape<typeof ProvenanceSchema>): TranscriptMessage {
+  return create(TranscriptMessageSchema, { messageId: id, role: MessageRole.USER, content: [text(value)], createdAt: timestampFromMs(1_700_000_000_000), provenance });
+}
 export const assistant = (id: string, value: string) => message(id, MessageRole.ASSISTANT, text(value));
 
 export function requester(sessionKey: string, visibility = VisibilityMode.UNSPECIFIED, sandboxed = false): Requester {

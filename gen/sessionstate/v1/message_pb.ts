@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/message.proto.
  */
 export const file_sessionstate_v1_message: GenFile = /*@__PURE__*/
-  fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvbWVzc2FnZS5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxInAKClByb3ZlbmFuY2USLQoEa2luZBgBIAEoDjIfLnNlc3Npb25zdGF0ZS52MS5Qcm92ZW5hbmNlS2luZBIaChJzb3VyY2Vfc2Vzc2lvbl9rZXkYAiABKAkSFwoPc291cmNlX2FnZW50X2lkGAMgASgJIhkKCVRleHRCbG9jaxIMCgR0ZXh0GAEgASgJIkAKCkltYWdlQmxvY2sSEQoJbWltZV90eXBlGAEgASgJEgwKBGRhdGEYAiABKAwSEQoJYnl0ZV9zaXplGAMgASgEIksKDVRvb2xDYWxsQmxvY2sSFAoMdG9vbF9jYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiVQoPVG9vbFJlc3VsdEJsb2NrEhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHRleHQYAyABKAkSEAoIaXNfZXJyb3IYBCABKAgiHQoNVGhpbmtpbmdCbG9jaxIMCgR0ZXh0GAEgASgJIpMCCgxDb250ZW50QmxvY2sSKgoEdGV4dBgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5UZXh0QmxvY2tIABIsCgVpbWFnZRgCIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5JbWFnZUJsb2NrSAASMwoJdG9vbF9jYWxsGAMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLlRvb2xDYWxsQmxvY2tIABI3Cgt0b29sX3Jlc3VsdBgEIAEoCzIgLnNlc3Npb25zdGF0ZS52MS5Ub29sUmVzdWx0QmxvY2tIABIyCgh0aGlua2luZxgFIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0Jsb2NrSABCBwoFYmxvY2si5AEKEVRyYW5zY3JpcHRNZXNzYWdlEhIKCm1lc3NhZ2VfaWQYASABKAkSKgoEcm9sZRgCIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5NZXNzYWdlUm9sZRIuCgdjb250ZW50GAMgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLkNvbnRlbnRCbG9jaxIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgpwcm92ZW5hbmNlGAUgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlByb3ZlbmFuY2UihAIKDkhpc3RvcnlNZXNzYWdlEhIKCm1lc3NhZ2VfaWQYASABKAkSEAoIc2VxdWVuY2UYAiABKAMSKgoEcm9sZRgDIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5NZXNzYWdlUm9sZRIuCgdjb250ZW50GAQgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLkNvbnRlbnRCbG9jaxIuCgpjcmVhdGVkX2F0GAUgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgpwcm92ZW5hbmNlGAYgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlByb3ZlbmFuY2USDwoHb21pdHRlZBgHIAEoCCqOAQoLTWVzc2FnZVJvbGUSHAoYTUVTU0FHRV9ST0xFX1VOU1BFQ0lGSUVEEAASFQoRTUVTU0FHRV9ST0xFX1VTRVIQARIaChZNRVNTQUdFX1JPTEVfQVNTSVNUQU5UEAISFQoRTUVTU0FHRV9ST0xFX1RPT0wQAxIXChNNRVNTQUdFX1JPTEVfU1lTVEVNEAQqlAEKDlByb3ZlbmFuY2VLaW5kEh8KG1BST1ZFTkFOQ0VfS0lORF9VTlNQRUNJRklFRBAAEhkKFVBST1ZFTkFOQ0VfS0lORF9IVU1BThABEiEKHVBST1ZFTkFOQ0VfS0lORF9JTlRFUl9TRVNTSU9OEAISIwofUFJPVkVOQU5DRV9LSU5EX0lOVEVSTkFMX1NZU1RFTRADQoEBQgxNZXNzYWdlUHJvdG9QAVoyc2Vzc2lvbnN0YXRlL2dlbi9nby9zZXNzaW9uc3RhdGUvdjE7c2Vzc2lvbnN0YXRldjGiAgNTU1iqAg9TZXNzaW9uU3RhdGUuVjHKAg9TZXNzaW9uU3RhdGVcVjHqAhBTZXNzaW9uU3RhdGU6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvbWVzc2FnZS5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxInAKClByb3ZlbmFuY2USLQoEa2luZBgBIAEoDjIfLnNlc3Npb25zdGF0ZS52MS5Qcm92ZW5hbmNlS2luZBIaChJzb3VyY2Vfc2Vzc2lvbl9rZXkYAiABKAkSFwoPc291cmNlX2FnZW50X2lkGAMgASgJIhkKCVRleHRCbG9jaxIMCgR0ZXh0GAEgASgJIkAKCkltYWdlQmxvY2sSEQoJbWltZV90eXBlGAEgASgJEgwKBGRhdGEYAiABKAwSEQoJYnl0ZV9zaXplGAMgASgEIksKDVRvb2xDYWxsQmxvY2sSFAoMdG9vbF9jYWxsX2lkGAEgASgJEgwKBG5hbWUYAiABKAkSFgoOYXJndW1lbnRzX2pzb24YAyABKAkiVQoPVG9vbFJlc3VsdEJsb2NrEhQKDHRvb2xfY2FsbF9pZBgBIAEoCRIMCgRuYW1lGAIgASgJEgwKBHRleHQYAyABKAkSEAoIaXNfZXJyb3IYBCABKAgiHQoNVGhpbmtpbmdCbG9jaxIMCgR0ZXh0GAEgASgJIpMCCgxDb250ZW50QmxvY2sSKgoEdGV4dBgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5UZXh0QmxvY2tIABIsCgVpbWFnZRgCIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5JbWFnZUJsb2NrSAASMwoJdG9vbF9jYWxsGAMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLlRvb2xDYWxsQmxvY2tIABI3Cgt0b29sX3Jlc3VsdBgEIAEoCzIgLnNlc3Npb25zdGF0ZS52MS5Ub29sUmVzdWx0QmxvY2tIABIyCgh0aGlua2luZxgFIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0Jsb2NrSABCBwoFYmxvY2sikgIKEVRyYW5zY3JpcHRNZXNzYWdlEhIKCm1lc3NhZ2VfaWQYASABKAkSKgoEcm9sZRgCIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5NZXNzYWdlUm9sZRIuCgdjb250ZW50GAMgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLkNvbnRlbnRCbG9jaxIuCgpjcmVhdGVkX2F0GAQgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIvCgpwcm92ZW5hbmNlGAUgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlByb3ZlbmFuY2USLAoFdXNhZ2UYBiABKAsyHS5zZXNzaW9uc3RhdGUudjEuTWVzc2FnZVVzYWdlIqABCgxNZXNzYWdlVXNhZ2USFAoMaW5wdXRfdG9rZW5zGAEgASgEEhUKDW91dHB1dF90b2tlbnMYAiABKAQSGQoRY2FjaGVfcmVhZF90b2tlbnMYAyABKAQSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAQgASgEEhQKDHRvdGFsX3Rva2VucxgFIAEoBBIWCg5jb250ZXh0X3Rva2VucxgGIAEoBCKEAgoOSGlzdG9yeU1lc3NhZ2USEgoKbWVzc2FnZV9pZBgBIAEoCRIQCghzZXF1ZW5jZRgCIAEoAxIqCgRyb2xlGAMgASgOMhwuc2Vzc2lvbnN0YXRlLnYxLk1lc3NhZ2VSb2xlEi4KB2NvbnRlbnQYBCADKAsyHS5zZXNzaW9uc3RhdGUudjEuQ29udGVudEJsb2NrEi4KCmNyZWF0ZWRfYXQYBSABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEi8KCnByb3ZlbmFuY2UYBiABKAsyGy5zZXNzaW9uc3RhdGUudjEuUHJvdmVuYW5jZRIPCgdvbWl0dGVkGAcgASgIKo4BCgtNZXNzYWdlUm9sZRIcChhNRVNTQUdFX1JPTEVfVU5TUEVDSUZJRUQQABIVChFNRVNTQUdFX1JPTEVfVVNFUhABEhoKFk1FU1NBR0VfUk9MRV9BU1NJU1RBTlQQAhIVChFNRVNTQUdFX1JPTEVfVE9PTBADEhcKE01FU1NBR0VfUk9MRV9TWVNURU0QBCqUAQoOUHJvdmVuYW5jZUtpbmQSHwobUFJPVkVOQU5DRV9LSU5EX1VOU1BFQ0lGSUVEEAASGQoVUFJPVkVOQU5DRV9LSU5EX0hVTUFOEAESIQodUFJPVkVOQU5DRV9LSU5EX0lOVEVSX1NFU1NJT04QAhIjCh9QUk9WRU5BTkNFX0tJTkRfSU5URVJOQUxfU1lTVEVNEANCgQFCDE1lc3NhZ2VQcm90b1ABWjJzZXNzaW9uc3RhdGUvZ2VuL2dvL3Nlc3Npb25zdGF0ZS92MTtzZXNzaW9uc3RhdGV2MaICA1NTWKoCD1Nlc3Npb25TdGF0ZS5WMcoCD1Nlc3Npb25TdGF0ZVxWMeoCEFNlc3Npb25TdGF0ZTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp]);
 
 /**
  * @generated from message sessionstate.v1.Provenance
@@ -303,6 +303,15 @@ export type TranscriptMessage = Message<"sessionstate.v1.TranscriptMessage"> & {
    * @generated from field: sessionstate.v1.Provenance provenance = 5;
    */
   provenance?: Provenance | undefined;
+
+  /**
+   * Token usage of the model call that produced the message (usually an assistant turn).
+   * session_status backfills its counters from the newest message that carries one. Absent
+   * = none. Not returned by history.
+   *
+   * @generated from field: sessionstate.v1.MessageUsage usage = 6;
+   */
+  usage?: MessageUsage | undefined;
 };
 
 /**
@@ -311,6 +320,60 @@ export type TranscriptMessage = Message<"sessionstate.v1.TranscriptMessage"> & {
  */
 export const TranscriptMessageSchema: GenMessage<TranscriptMessage> = /*@__PURE__*/
   messageDesc(file_sessionstate_v1_message, 7);
+
+/**
+ * Token counts of one model call. Each at most 2^53 − 1.
+ *
+ * @generated from message sessionstate.v1.MessageUsage
+ */
+export type MessageUsage = Message<"sessionstate.v1.MessageUsage"> & {
+  /**
+   * Prompt tokens not read from the cache.
+   *
+   * @generated from field: uint64 input_tokens = 1;
+   */
+  inputTokens: bigint;
+
+  /**
+   * @generated from field: uint64 output_tokens = 2;
+   */
+  outputTokens: bigint;
+
+  /**
+   * Prompt tokens read from the provider's cache.
+   *
+   * @generated from field: uint64 cache_read_tokens = 3;
+   */
+  cacheReadTokens: bigint;
+
+  /**
+   * Prompt tokens written to the provider's cache.
+   *
+   * @generated from field: uint64 cache_write_tokens = 4;
+   */
+  cacheWriteTokens: bigint;
+
+  /**
+   * 0 = input + output + cache_read + cache_write.
+   *
+   * @generated from field: uint64 total_tokens = 5;
+   */
+  totalTokens: bigint;
+
+  /**
+   * Size of the context window after the call. 0 = input + cache_read + cache_write.
+   *
+   * @generated from field: uint64 context_tokens = 6;
+   */
+  contextTokens: bigint;
+};
+
+/**
+ * Describes the message sessionstate.v1.MessageUsage.
+ * Use `create(MessageUsageSchema)` to create a new message.
+ */
+export const MessageUsageSchema: GenMessage<MessageUsage> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_message, 8);
 
 /**
  * A transcript message as history and listings return it: the bounded, filtered view.
@@ -367,7 +430,7 @@ export type HistoryMessage = Message<"sessionstate.v1.HistoryMessage"> & {
  * Use `create(HistoryMessageSchema)` to create a new message.
  */
 export const HistoryMessageSchema: GenMessage<HistoryMessage> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_message, 8);
+  messageDesc(file_sessionstate_v1_message, 9);
 
 /**
  * Who wrote a transcript message.

@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/session.proto.
  */
 export const file_sessionstate_v1_session: GenFile = /*@__PURE__*/
-  fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvc2Vzc2lvbi5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxIlMKDURlbGl2ZXJ5Um91dGUSDwoHY2hhbm5lbBgBIAEoCRIKCgJ0bxgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCSIzCgpTZXNzaW9uUmVmEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJIqAFCgdTZXNzaW9uEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSKgoEa2luZBgEIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBIPCgdjaGFubmVsGAUgASgJEg0KBWxhYmVsGAYgASgJEhoKEnBhcmVudF9zZXNzaW9uX2tleRgHIAEoCRIaChJjaGlsZF9zZXNzaW9uX2tleXMYCCADKAkSDQoFbW9kZWwYCSABKAkSFgoOY29udGV4dF90b2tlbnMYCiABKAMSFAoMdG90YWxfdG9rZW5zGAsgASgDEi4KCnJ1bl9zdGF0dXMYDCABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEhgKEGxhc3RfcnVuX2Fib3J0ZWQYDSABKAgSEAoIYXJjaGl2ZWQYDiABKAgSDgoGcGlubmVkGA8gASgIEhUKDXN0YXRlX3ZlcnNpb24YECABKAMSLgoKY3JlYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoGb3JpZ2luGBMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgUIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEhQKDHNpZGViYXJfaWNvbhgVIAEoCRI2Cg50aGlua2luZ19sZXZlbBgWIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsIvwEChBTZXNzaW9uTGlzdEVudHJ5EhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDwoHY2hhbm5lbBgEIAEoCRINCgVsYWJlbBgFIAEoCRIaChJwYXJlbnRfc2Vzc2lvbl9rZXkYBiABKAkSGgoSY2hpbGRfc2Vzc2lvbl9rZXlzGAcgAygJEg0KBW1vZGVsGAggASgJEhYKDmNvbnRleHRfdG9rZW5zGAkgASgDEhQKDHRvdGFsX3Rva2VucxgKIAEoAxIuCgpydW5fc3RhdHVzGAsgASgOMhouc2Vzc2lvbnN0YXRlLnYxLlJ1blN0YXR1cxIYChBsYXN0X3J1bl9hYm9ydGVkGAwgASgIEhAKCGFyY2hpdmVkGA0gASgIEg4KBnBpbm5lZBgOIAEoCBIVCg1zdGF0ZV92ZXJzaW9uGA8gASgDEi4KCnVwZGF0ZWRfYXQYECABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wEhQKDHNpZGViYXJfaWNvbhgRIAEoCRI2Cg50aGlua2luZ19sZXZlbBgSIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsEhUKDWRlcml2ZWRfdGl0bGUYEyABKAkSNQoMbGFzdF9tZXNzYWdlGBQgASgLMh8uc2Vzc2lvbnN0YXRlLnYxLkhpc3RvcnlNZXNzYWdlEjEKCG1lc3NhZ2VzGBUgAygLMh8uc2Vzc2lvbnN0YXRlLnYxLkhpc3RvcnlNZXNzYWdlIpwFChRVcHNlcnRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSFwoKc2Vzc2lvbl9pZBgCIAEoCUgAiAEBEioKBGtpbmQYAyABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSFAoHY2hhbm5lbBgEIAEoCUgBiAEBEhIKBWxhYmVsGAUgASgJSAKIAQESHwoScGFyZW50X3Nlc3Npb25fa2V5GAYgASgJSAOIAQESEgoFbW9kZWwYByABKAlIBIgBARIbCg5jb250ZXh0X3Rva2VucxgIIAEoA0gFiAEBEhkKDHRvdGFsX3Rva2VucxgJIAEoA0gGiAEBEi4KCnJ1bl9zdGF0dXMYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEh0KEGxhc3RfcnVuX2Fib3J0ZWQYCyABKAhIB4gBARIVCghhcmNoaXZlZBgMIAEoCEgIiAEBEhMKBnBpbm5lZBgNIAEoCEgJiAEBEi4KBm9yaWdpbhgOIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEjgKEGRlbGl2ZXJ5X2NvbnRleHQYDyABKAsyHi5zZXNzaW9uc3RhdGUudjEuRGVsaXZlcnlSb3V0ZUINCgtfc2Vzc2lvbl9pZEIKCghfY2hhbm5lbEIICgZfbGFiZWxCFQoTX3BhcmVudF9zZXNzaW9uX2tleUIICgZfbW9kZWxCEQoPX2NvbnRleHRfdG9rZW5zQg8KDV90b3RhbF90b2tlbnNCEwoRX2xhc3RfcnVuX2Fib3J0ZWRCCwoJX2FyY2hpdmVkQgkKB19waW5uZWQiUwoVVXBzZXJ0U2Vzc2lvblJlc3BvbnNlEikKB3Nlc3Npb24YASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIoQBChFHZXRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSLQoJcmVxdWVzdGVyGAIgASgLMhouc2Vzc2lvbnN0YXRlLnYxLlJlcXVlc3RlchISCgpzZXNzaW9uX2lkGAMgASgJIj8KEkdldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24isAIKE0xpc3RTZXNzaW9uc1JlcXVlc3QSKwoFa2luZHMYASADKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDQoFbGFiZWwYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSDgoGc2VhcmNoGAQgASgJEhYKDmFjdGl2ZV9taW51dGVzGAUgASgNEhAKCGFyY2hpdmVkGAYgASgIEg0KBWxpbWl0GAcgASgNEi0KCXJlcXVlc3RlchgIIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISHgoWaW5jbHVkZV9kZXJpdmVkX3RpdGxlcxgJIAEoCBIcChRpbmNsdWRlX2xhc3RfbWVzc2FnZRgKIAEoCBIVCg1tZXNzYWdlX2xpbWl0GAsgASgNIrkBChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIzCghzZXNzaW9ucxgBIAMoCzIhLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uTGlzdEVudHJ5EhEKCXRydW5jYXRlZBgCIAEoCBI9ChRlZmZlY3RpdmVfdmlzaWJpbGl0eRgDIAEoDjIfLnNlc3Npb25zdGF0ZS52MS5WaXNpYmlsaXR5TW9kZRIaChJ2aXNpYmlsaXR5X3dhcm5pbmcYBCABKAki3AEKE1NwYXduU2Vzc2lvblJlcXVlc3QSKwoGcGFyZW50GAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSGQoRY2hpbGRfc2Vzc2lvbl9rZXkYAiABKAkSKgoEa2luZBgDIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBINCgVsYWJlbBgEIAEoCRINCgVtb2RlbBgFIAEoCRIOCgZydW5faWQYBiABKAkSDwoHY2hhbm5lbBgHIAEoCRISCgpkZWR1cGVfa2V5GAggASgJIpEBChRTcGF3blNlc3Npb25SZXNwb25zZRInCgVjaGlsZBgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEjcKC3NwYXduX2V2ZW50GAIgASgLMiIuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25TdGF0ZUV2ZW50EhcKD3BhcmVudF93YXRjaGluZxgDIAEoCCJDChNSZXNldFNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJaChRSZXNldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIkQKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJIChVEZWxldGVTZXNzaW9uUmVzcG9uc2USFgoOcmVtb3ZlZF9ldmVudHMYASABKA0SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIrIDChNQYXRjaFNlc3Npb25SZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISLAoHc2Vzc2lvbhgCIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmEhIKCnNlc3Npb25faWQYAyABKAkSEgoFbGFiZWwYBCABKAlIAIgBARIZCgxzaWRlYmFyX2ljb24YBSABKAlIAYgBARITCgZwaW5uZWQYBiABKAhIAogBARIVCghhcmNoaXZlZBgHIAEoCEgDiAEBEhIKBW1vZGVsGAggASgJSASIAQESOwoOdGhpbmtpbmdfbGV2ZWwYCSABKA4yHi5zZXNzaW9uc3RhdGUudjEuVGhpbmtpbmdMZXZlbEgFiAEBEi4KCmFjdG9yX3R5cGUYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuQWN0b3JUeXBlQggKBl9sYWJlbEIPCg1fc2lkZWJhcl9pY29uQgkKB19waW5uZWRCCwoJX2FyY2hpdmVkQggKBl9tb2RlbEIRCg9fdGhpbmtpbmdfbGV2ZWwicQoUUGF0Y2hTZXNzaW9uUmVzcG9uc2USKQoHc2Vzc2lvbhgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEhgKEG1vZGVsX3JldmVydGlibGUYAiABKAgSFAoMcmV2ZXJ0X21vZGVsGAMgASgJIhwKDFNlc3Npb25Hcm91cBIMCgRuYW1lGAEgASgJIkIKEUxpc3RHcm91cHNSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXIiVAoSTGlzdEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKkAQoQU2V0R3JvdXBzUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEi0KBmdyb3VwcxgCIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlMKEVNldEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKXAQoSUmVuYW1lR3JvdXBSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISDAoEbmFtZRgCIAEoCRIQCghuZXdfbmFtZRgDIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAQgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iVQoTUmVuYW1lR3JvdXBSZXNwb25zZRItCgZncm91cHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbkdyb3VwEg8KB3ZlcnNpb24YAiABKAMihQEKEkRlbGV0ZUdyb3VwUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEgwKBG5hbWUYAiABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlUKE0RlbGV0ZUdyb3VwUmVzcG9uc2USLQoGZ3JvdXBzGAEgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25Hcm91cBIPCgd2ZXJzaW9uGAIgASgDIskBChZSZXBvcnRSdW5SZXN1bHRSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIOCgZydW5faWQYAiABKAkSDQoFbW9kZWwYAyABKAkSMgoHb3V0Y29tZRgEIAEoDjIhLnNlc3Npb25zdGF0ZS52MS5SdW5SZXN1bHRPdXRjb21lEi4KB2ZhaWx1cmUYBSABKA4yHS5zZXNzaW9uc3RhdGUudjEuTW9kZWxGYWlsdXJlIrYBChdSZXBvcnRSdW5SZXN1bHRSZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SEAoIcmV2ZXJ0ZWQYAiABKAgSFwoPbm90ZV9tZXNzYWdlX2lkGAMgASgJEhsKE3NlbGVjdGlvbl9jb25maXJtZWQYBCABKAgSGAoQbW9kZWxfcmV2ZXJ0aWJsZRgFIAEoCBIOCgZyZWFzb24YBiABKAkqyQEKDVRoaW5raW5nTGV2ZWwSHgoaVEhJTktJTkdfTEVWRUxfVU5TUEVDSUZJRUQQABIWChJUSElOS0lOR19MRVZFTF9PRkYQARIaChZUSElOS0lOR19MRVZFTF9NSU5JTUFMEAISFgoSVEhJTktJTkdfTEVWRUxfTE9XEAMSGQoVVEhJTktJTkdfTEVWRUxfTUVESVVNEAQSFwoTVEhJTktJTkdfTEVWRUxfSElHSBAFEhgKFFRISU5LSU5HX0xFVkVMX1hISUdIEAYqtwEKC1Nlc3Npb25LaW5kEhwKGFNFU1NJT05fS0lORF9VTlNQRUNJRklFRBAAEhUKEVNFU1NJT05fS0lORF9NQUlOEAESFgoSU0VTU0lPTl9LSU5EX0dST1VQEAISFQoRU0VTU0lPTl9LSU5EX0NST04QAxIVChFTRVNTSU9OX0tJTkRfSE9PSxAEEhUKEVNFU1NJT05fS0lORF9OT0RFEAUSFgoSU0VTU0lPTl9LSU5EX09USEVSEAYqhQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASEwoPUlVOX1NUQVRVU19JRExFEAESFgoSUlVOX1NUQVRVU19SVU5OSU5HEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIVChFSVU5fU1RBVFVTX0ZBSUxFRBAEKncKEFJ1blJlc3VsdE91dGNvbWUSIgoeUlVOX1JFU1VMVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIAocUlVOX1JFU1VMVF9PVVRDT01FX1NVQ0NFRURFRBABEh0KGVJVTl9SRVNVTFRfT1VUQ09NRV9GQUlMRUQQAiqoAgoMTW9kZWxGYWlsdXJlEh0KGU1PREVMX0ZBSUxVUkVfVU5TUEVDSUZJRUQQABIWChJNT0RFTF9GQUlMVVJFX0FVVEgQARIZChVNT0RFTF9GQUlMVVJFX0JJTExJTkcQAhIhCh1NT0RFTF9GQUlMVVJFX01PREVMX05PVF9GT1VORBADEhwKGE1PREVMX0ZBSUxVUkVfUkFURV9MSU1JVBAEEhwKGE1PREVMX0ZBSUxVUkVfT1ZFUkxPQURFRBAFEhkKFU1PREVMX0ZBSUxVUkVfVElNRU9VVBAGEhkKFU1PREVMX0ZBSUxVUkVfTkVUV09SSxAHEhgKFE1PREVMX0ZBSUxVUkVfU0VSVkVSEAgSFwoTTU9ERUxfRkFJTFVSRV9PVEhFUhAJMu8ICg5TZXNzaW9uU2VydmljZRJeCg1VcHNlcnRTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXNwb25zZRJaCgpHZXRTZXNzaW9uEiIuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXNwb25zZSIDkAIBEmAKDExpc3RTZXNzaW9ucxIkLnNlc3Npb25zdGF0ZS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIgOQAgESWwoMU3Bhd25TZXNzaW9uEiQuc2Vzc2lvbnN0YXRlLnYxLlNwYXduU2Vzc2lvblJlcXVlc3QaJS5zZXNzaW9uc3RhdGUudjEuU3Bhd25TZXNzaW9uUmVzcG9uc2USWwoMUmVzZXRTZXNzaW9uEiQuc2Vzc2lvbnN0YXRlLnYxLlJlc2V0U2Vzc2lvblJlcXVlc3QaJS5zZXNzaW9uc3RhdGUudjEuUmVzZXRTZXNzaW9uUmVzcG9uc2USXgoNRGVsZXRlU2Vzc2lvbhIlLnNlc3Npb25zdGF0ZS52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBomLnNlc3Npb25zdGF0ZS52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USWwoMUGF0Y2hTZXNzaW9uEiQuc2Vzc2lvbnN0YXRlLnYxLlBhdGNoU2Vzc2lvblJlcXVlc3QaJS5zZXNzaW9uc3RhdGUudjEuUGF0Y2hTZXNzaW9uUmVzcG9uc2USWgoKTGlzdEdyb3VwcxIiLnNlc3Npb25zdGF0ZS52MS5MaXN0R3JvdXBzUmVxdWVzdBojLnNlc3Npb25zdGF0ZS52MS5MaXN0R3JvdXBzUmVzcG9uc2UiA5ACARJSCglTZXRHcm91cHMSIS5zZXNzaW9uc3RhdGUudjEuU2V0R3JvdXBzUmVxdWVzdBoiLnNlc3Npb25zdGF0ZS52MS5TZXRHcm91cHNSZXNwb25zZRJYCgtSZW5hbWVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5SZW5hbWVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuUmVuYW1lR3JvdXBSZXNwb25zZRJYCgtEZWxldGVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5EZWxldGVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuRGVsZXRlR3JvdXBSZXNwb25zZRJkCg9SZXBvcnRSdW5SZXN1bHQSJy5zZXNzaW9uc3RhdGUudjEuUmVwb3J0UnVuUmVzdWx0UmVxdWVzdBooLnNlc3Npb25zdGF0ZS52MS5SZXBvcnRSdW5SZXN1bHRSZXNwb25zZUKBAUIMU2Vzc2lvblByb3RvUAFaMnNlc3Npb25zdGF0ZS9nZW4vZ28vc2Vzc2lvbnN0YXRlL3YxO3Nlc3Npb25zdGF0ZXYxogIDU1NYqgIPU2Vzc2lvblN0YXRlLlYxygIPU2Vzc2lvblN0YXRlXFYx6gIQU2Vzc2lvblN0YXRlOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_message, file_sessionstate_v1_requester]);
+  fileDesc("Ch1zZXNzaW9uc3RhdGUvdjEvc2Vzc2lvbi5wcm90bxIPc2Vzc2lvbnN0YXRlLnYxIlMKDURlbGl2ZXJ5Um91dGUSDwoHY2hhbm5lbBgBIAEoCRIKCgJ0bxgCIAEoCRISCgphY2NvdW50X2lkGAMgASgJEhEKCXRocmVhZF9pZBgEIAEoCSIzCgpTZXNzaW9uUmVmEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJIqIBCglTcGF3bkluZm8SLgoHcnVudGltZRgBIAEoDjIdLnNlc3Npb25zdGF0ZS52MS5TcGF3blJ1bnRpbWUSLgoHY29udGV4dBgCIAEoDjIdLnNlc3Npb25zdGF0ZS52MS5TcGF3bkNvbnRleHQSFAoMdGhyZWFkX2JvdW5kGAMgASgIEg8KB3Zpc2libGUYBCABKAgSDgoGcnVuX2lkGAUgASgJIqgGCgdTZXNzaW9uEhMKC3Nlc3Npb25fa2V5GAEgASgJEhAKCGFnZW50X2lkGAIgASgJEhIKCnNlc3Npb25faWQYAyABKAkSKgoEa2luZBgEIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBIPCgdjaGFubmVsGAUgASgJEg0KBWxhYmVsGAYgASgJEhoKEnBhcmVudF9zZXNzaW9uX2tleRgHIAEoCRIaChJjaGlsZF9zZXNzaW9uX2tleXMYCCADKAkSDQoFbW9kZWwYCSABKAkSFgoOY29udGV4dF90b2tlbnMYCiABKAMSFAoMdG90YWxfdG9rZW5zGAsgASgDEi4KCnJ1bl9zdGF0dXMYDCABKA4yGi5zZXNzaW9uc3RhdGUudjEuUnVuU3RhdHVzEhgKEGxhc3RfcnVuX2Fib3J0ZWQYDSABKAgSEAoIYXJjaGl2ZWQYDiABKAgSDgoGcGlubmVkGA8gASgIEhUKDXN0YXRlX3ZlcnNpb24YECABKAMSLgoKY3JlYXRlZF9hdBgRIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoKdXBkYXRlZF9hdBgSIAEoCzIaLmdvb2dsZS5wcm90b2J1Zi5UaW1lc3RhbXASLgoGb3JpZ2luGBMgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgUIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlEhQKDHNpZGViYXJfaWNvbhgVIAEoCRI2Cg50aGlua2luZ19sZXZlbBgWIAEoDjIeLnNlc3Npb25zdGF0ZS52MS5UaGlua2luZ0xldmVsEikKBXNwYXduGBcgASgLMhouc2Vzc2lvbnN0YXRlLnYxLlNwYXduSW5mbxIRCglzYW5kYm94ZWQYGCABKAgSEwoLc3Bhd25fZGVwdGgYGSABKA0SMwoNc2Vzc2lvbl90b29scxgaIAMoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uVG9vbCL8BAoQU2Vzc2lvbkxpc3RFbnRyeRITCgtzZXNzaW9uX2tleRgBIAEoCRIQCghhZ2VudF9pZBgCIAEoCRIqCgRraW5kGAMgASgOMhwuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25LaW5kEg8KB2NoYW5uZWwYBCABKAkSDQoFbGFiZWwYBSABKAkSGgoScGFyZW50X3Nlc3Npb25fa2V5GAYgASgJEhoKEmNoaWxkX3Nlc3Npb25fa2V5cxgHIAMoCRINCgVtb2RlbBgIIAEoCRIWCg5jb250ZXh0X3Rva2VucxgJIAEoAxIUCgx0b3RhbF90b2tlbnMYCiABKAMSLgoKcnVuX3N0YXR1cxgLIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5SdW5TdGF0dXMSGAoQbGFzdF9ydW5fYWJvcnRlZBgMIAEoCBIQCghhcmNoaXZlZBgNIAEoCBIOCgZwaW5uZWQYDiABKAgSFQoNc3RhdGVfdmVyc2lvbhgPIAEoAxIuCgp1cGRhdGVkX2F0GBAgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIUCgxzaWRlYmFyX2ljb24YESABKAkSNgoOdGhpbmtpbmdfbGV2ZWwYEiABKA4yHi5zZXNzaW9uc3RhdGUudjEuVGhpbmtpbmdMZXZlbBIVCg1kZXJpdmVkX3RpdGxlGBMgASgJEjUKDGxhc3RfbWVzc2FnZRgUIAEoCzIfLnNlc3Npb25zdGF0ZS52MS5IaXN0b3J5TWVzc2FnZRIxCghtZXNzYWdlcxgVIAMoCzIfLnNlc3Npb25zdGF0ZS52MS5IaXN0b3J5TWVzc2FnZSLCBQoUVXBzZXJ0U2Vzc2lvblJlcXVlc3QSLAoHc2Vzc2lvbhgBIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmEhcKCnNlc3Npb25faWQYAiABKAlIAIgBARIqCgRraW5kGAMgASgOMhwuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25LaW5kEhQKB2NoYW5uZWwYBCABKAlIAYgBARISCgVsYWJlbBgFIAEoCUgCiAEBEh8KEnBhcmVudF9zZXNzaW9uX2tleRgGIAEoCUgDiAEBEhIKBW1vZGVsGAcgASgJSASIAQESGwoOY29udGV4dF90b2tlbnMYCCABKANIBYgBARIZCgx0b3RhbF90b2tlbnMYCSABKANIBogBARIuCgpydW5fc3RhdHVzGAogASgOMhouc2Vzc2lvbnN0YXRlLnYxLlJ1blN0YXR1cxIdChBsYXN0X3J1bl9hYm9ydGVkGAsgASgISAeIAQESFQoIYXJjaGl2ZWQYDCABKAhICIgBARITCgZwaW5uZWQYDSABKAhICYgBARIuCgZvcmlnaW4YDiABKAsyHi5zZXNzaW9uc3RhdGUudjEuRGVsaXZlcnlSb3V0ZRI4ChBkZWxpdmVyeV9jb250ZXh0GA8gASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSFgoJc2FuZGJveGVkGBAgASgISAqIAQFCDQoLX3Nlc3Npb25faWRCCgoIX2NoYW5uZWxCCAoGX2xhYmVsQhUKE19wYXJlbnRfc2Vzc2lvbl9rZXlCCAoGX21vZGVsQhEKD19jb250ZXh0X3Rva2Vuc0IPCg1fdG90YWxfdG9rZW5zQhMKEV9sYXN0X3J1bl9hYm9ydGVkQgsKCV9hcmNoaXZlZEIJCgdfcGlubmVkQgwKCl9zYW5kYm94ZWQiUwoVVXBzZXJ0U2Vzc2lvblJlc3BvbnNlEikKB3Nlc3Npb24YASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIPCgdjcmVhdGVkGAIgASgIIoQBChFHZXRTZXNzaW9uUmVxdWVzdBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSLQoJcmVxdWVzdGVyGAIgASgLMhouc2Vzc2lvbnN0YXRlLnYxLlJlcXVlc3RlchISCgpzZXNzaW9uX2lkGAMgASgJIj8KEkdldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24isAIKE0xpc3RTZXNzaW9uc1JlcXVlc3QSKwoFa2luZHMYASADKA4yHC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbktpbmQSDQoFbGFiZWwYAiABKAkSEAoIYWdlbnRfaWQYAyABKAkSDgoGc2VhcmNoGAQgASgJEhYKDmFjdGl2ZV9taW51dGVzGAUgASgNEhAKCGFyY2hpdmVkGAYgASgIEg0KBWxpbWl0GAcgASgNEi0KCXJlcXVlc3RlchgIIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISHgoWaW5jbHVkZV9kZXJpdmVkX3RpdGxlcxgJIAEoCBIcChRpbmNsdWRlX2xhc3RfbWVzc2FnZRgKIAEoCBIVCg1tZXNzYWdlX2xpbWl0GAsgASgNIrkBChRMaXN0U2Vzc2lvbnNSZXNwb25zZRIzCghzZXNzaW9ucxgBIAMoCzIhLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uTGlzdEVudHJ5EhEKCXRydW5jYXRlZBgCIAEoCBI9ChRlZmZlY3RpdmVfdmlzaWJpbGl0eRgDIAEoDjIfLnNlc3Npb25zdGF0ZS52MS5WaXNpYmlsaXR5TW9kZRIaChJ2aXNpYmlsaXR5X3dhcm5pbmcYBCABKAki6AMKE1NwYXduU2Vzc2lvblJlcXVlc3QSKwoGcGFyZW50GAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSGQoRY2hpbGRfc2Vzc2lvbl9rZXkYAiABKAkSKgoEa2luZBgDIAEoDjIcLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uS2luZBINCgVsYWJlbBgEIAEoCRINCgVtb2RlbBgFIAEoCRIOCgZydW5faWQYBiABKAkSDwoHY2hhbm5lbBgHIAEoCRISCgpkZWR1cGVfa2V5GAggASgJEi4KB3J1bnRpbWUYCSABKA4yHS5zZXNzaW9uc3RhdGUudjEuU3Bhd25SdW50aW1lEjYKDnRoaW5raW5nX2xldmVsGAogASgOMh4uc2Vzc2lvbnN0YXRlLnYxLlRoaW5raW5nTGV2ZWwSDgoGdGhyZWFkGAsgASgIEi0KB3NhbmRib3gYDCABKA4yHC5zZXNzaW9uc3RhdGUudjEuU2FuZGJveE1vZGUSLgoHY29udGV4dBgNIAEoDjIdLnNlc3Npb25zdGF0ZS52MS5TcGF3bkNvbnRleHQSDwoHdmlzaWJsZRgOIAEoCBIMCgR0YXNrGA8gASgJEhQKDGNoaWxkX3J1bl9pZBgQIAEoCSLVAQoUU3Bhd25TZXNzaW9uUmVzcG9uc2USJwoFY2hpbGQYASABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhI3CgtzcGF3bl9ldmVudBgCIAEoCzIiLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uU3RhdGVFdmVudBIXCg9wYXJlbnRfd2F0Y2hpbmcYAyABKAgSDgoGcnVuX2lkGAQgASgJEhkKEWNoaWxkX3Nlc3Npb25fa2V5GAUgASgJEhcKD3Rhc2tfbWVzc2FnZV9pZBgGIAEoCSJDChNSZXNldFNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJaChRSZXNldFNlc3Npb25SZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIkQKFERlbGV0ZVNlc3Npb25SZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZiJIChVEZWxldGVTZXNzaW9uUmVzcG9uc2USFgoOcmVtb3ZlZF9ldmVudHMYASABKA0SFwoPcmVtb3ZlZF9jdXJzb3JzGAIgASgNIrIDChNQYXRjaFNlc3Npb25SZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISLAoHc2Vzc2lvbhgCIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uUmVmEhIKCnNlc3Npb25faWQYAyABKAkSEgoFbGFiZWwYBCABKAlIAIgBARIZCgxzaWRlYmFyX2ljb24YBSABKAlIAYgBARITCgZwaW5uZWQYBiABKAhIAogBARIVCghhcmNoaXZlZBgHIAEoCEgDiAEBEhIKBW1vZGVsGAggASgJSASIAQESOwoOdGhpbmtpbmdfbGV2ZWwYCSABKA4yHi5zZXNzaW9uc3RhdGUudjEuVGhpbmtpbmdMZXZlbEgFiAEBEi4KCmFjdG9yX3R5cGUYCiABKA4yGi5zZXNzaW9uc3RhdGUudjEuQWN0b3JUeXBlQggKBl9sYWJlbEIPCg1fc2lkZWJhcl9pY29uQgkKB19waW5uZWRCCwoJX2FyY2hpdmVkQggKBl9tb2RlbEIRCg9fdGhpbmtpbmdfbGV2ZWwicQoUUGF0Y2hTZXNzaW9uUmVzcG9uc2USKQoHc2Vzc2lvbhgBIAEoCzIYLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uEhgKEG1vZGVsX3JldmVydGlibGUYAiABKAgSFAoMcmV2ZXJ0X21vZGVsGAMgASgJIhwKDFNlc3Npb25Hcm91cBIMCgRuYW1lGAEgASgJIkIKEUxpc3RHcm91cHNSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXIiVAoSTGlzdEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKkAQoQU2V0R3JvdXBzUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEi0KBmdyb3VwcxgCIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlMKEVNldEdyb3Vwc1Jlc3BvbnNlEi0KBmdyb3VwcxgBIAMoCzIdLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uR3JvdXASDwoHdmVyc2lvbhgCIAEoAyKXAQoSUmVuYW1lR3JvdXBSZXF1ZXN0Ei0KCXJlcXVlc3RlchgBIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5SZXF1ZXN0ZXISDAoEbmFtZRgCIAEoCRIQCghuZXdfbmFtZRgDIAEoCRIdChBleHBlY3RlZF92ZXJzaW9uGAQgASgDSACIAQFCEwoRX2V4cGVjdGVkX3ZlcnNpb24iVQoTUmVuYW1lR3JvdXBSZXNwb25zZRItCgZncm91cHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbkdyb3VwEg8KB3ZlcnNpb24YAiABKAMihQEKEkRlbGV0ZUdyb3VwUmVxdWVzdBItCglyZXF1ZXN0ZXIYASABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEgwKBG5hbWUYAiABKAkSHQoQZXhwZWN0ZWRfdmVyc2lvbhgDIAEoA0gAiAEBQhMKEV9leHBlY3RlZF92ZXJzaW9uIlUKE0RlbGV0ZUdyb3VwUmVzcG9uc2USLQoGZ3JvdXBzGAEgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25Hcm91cBIPCgd2ZXJzaW9uGAIgASgDIskBChZSZXBvcnRSdW5SZXN1bHRSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIOCgZydW5faWQYAiABKAkSDQoFbW9kZWwYAyABKAkSMgoHb3V0Y29tZRgEIAEoDjIhLnNlc3Npb25zdGF0ZS52MS5SdW5SZXN1bHRPdXRjb21lEi4KB2ZhaWx1cmUYBSABKA4yHS5zZXNzaW9uc3RhdGUudjEuTW9kZWxGYWlsdXJlIrYBChdSZXBvcnRSdW5SZXN1bHRSZXNwb25zZRIpCgdzZXNzaW9uGAEgASgLMhguc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb24SEAoIcmV2ZXJ0ZWQYAiABKAgSFwoPbm90ZV9tZXNzYWdlX2lkGAMgASgJEhsKE3NlbGVjdGlvbl9jb25maXJtZWQYBCABKAgSGAoQbW9kZWxfcmV2ZXJ0aWJsZRgFIAEoCBIOCgZyZWFzb24YBiABKAkqyQEKDVRoaW5raW5nTGV2ZWwSHgoaVEhJTktJTkdfTEVWRUxfVU5TUEVDSUZJRUQQABIWChJUSElOS0lOR19MRVZFTF9PRkYQARIaChZUSElOS0lOR19MRVZFTF9NSU5JTUFMEAISFgoSVEhJTktJTkdfTEVWRUxfTE9XEAMSGQoVVEhJTktJTkdfTEVWRUxfTUVESVVNEAQSFwoTVEhJTktJTkdfTEVWRUxfSElHSBAFEhgKFFRISU5LSU5HX0xFVkVMX1hISUdIEAYqtwEKC1Nlc3Npb25LaW5kEhwKGFNFU1NJT05fS0lORF9VTlNQRUNJRklFRBAAEhUKEVNFU1NJT05fS0lORF9NQUlOEAESFgoSU0VTU0lPTl9LSU5EX0dST1VQEAISFQoRU0VTU0lPTl9LSU5EX0NST04QAxIVChFTRVNTSU9OX0tJTkRfSE9PSxAEEhUKEVNFU1NJT05fS0lORF9OT0RFEAUSFgoSU0VTU0lPTl9LSU5EX09USEVSEAYqhQEKCVJ1blN0YXR1cxIaChZSVU5fU1RBVFVTX1VOU1BFQ0lGSUVEEAASEwoPUlVOX1NUQVRVU19JRExFEAESFgoSUlVOX1NUQVRVU19SVU5OSU5HEAISGAoUUlVOX1NUQVRVU19DT01QTEVURUQQAxIVChFSVU5fU1RBVFVTX0ZBSUxFRBAEKmAKDFNwYXduUnVudGltZRIdChlTUEFXTl9SVU5USU1FX1VOU1BFQ0lGSUVEEAASGgoWU1BBV05fUlVOVElNRV9TVUJBR0VOVBABEhUKEVNQQVdOX1JVTlRJTUVfQUNQEAIqYQoMU3Bhd25Db250ZXh0Eh0KGVNQQVdOX0NPTlRFWFRfVU5TUEVDSUZJRUQQABIaChZTUEFXTl9DT05URVhUX0lTT0xBVEVEEAESFgoSU1BBV05fQ09OVEVYVF9GT1JLEAIqXwoLU2FuZGJveE1vZGUSHAoYU0FOREJPWF9NT0RFX1VOU1BFQ0lGSUVEEAASGAoUU0FOREJPWF9NT0RFX0lOSEVSSVQQARIYChRTQU5EQk9YX01PREVfUkVRVUlSRRACKsoCCgtTZXNzaW9uVG9vbBIcChhTRVNTSU9OX1RPT0xfVU5TUEVDSUZJRUQQABIeChpTRVNTSU9OX1RPT0xfU0VTU0lPTlNfTElTVBABEiEKHVNFU1NJT05fVE9PTF9TRVNTSU9OU19ISVNUT1JZEAISIAocU0VTU0lPTl9UT09MX1NFU1NJT05TX1NFQVJDSBADEhkKFVNFU1NJT05fVE9PTF9TRVNTSU9OUxAEEh4KGlNFU1NJT05fVE9PTF9TRVNTSU9OU19TRU5EEAUSHwobU0VTU0lPTl9UT09MX1NFU1NJT05fU1RBVFVTEAYSHwobU0VTU0lPTl9UT09MX1NFU1NJT05TX1NQQVdOEAcSGgoWU0VTU0lPTl9UT09MX1NVQkFHRU5UUxAIEh8KG1NFU1NJT05fVE9PTF9TRVNTSU9OU19ZSUVMRBAJKncKEFJ1blJlc3VsdE91dGNvbWUSIgoeUlVOX1JFU1VMVF9PVVRDT01FX1VOU1BFQ0lGSUVEEAASIAocUlVOX1JFU1VMVF9PVVRDT01FX1NVQ0NFRURFRBABEh0KGVJVTl9SRVNVTFRfT1VUQ09NRV9GQUlMRUQQAiqoAgoMTW9kZWxGYWlsdXJlEh0KGU1PREVMX0ZBSUxVUkVfVU5TUEVDSUZJRUQQABIWChJNT0RFTF9GQUlMVVJFX0FVVEgQARIZChVNT0RFTF9GQUlMVVJFX0JJTExJTkcQAhIhCh1NT0RFTF9GQUlMVVJFX01PREVMX05PVF9GT1VORBADEhwKGE1PREVMX0ZBSUxVUkVfUkFURV9MSU1JVBAEEhwKGE1PREVMX0ZBSUxVUkVfT1ZFUkxPQURFRBAFEhkKFU1PREVMX0ZBSUxVUkVfVElNRU9VVBAGEhkKFU1PREVMX0ZBSUxVUkVfTkVUV09SSxAHEhgKFE1PREVMX0ZBSUxVUkVfU0VSVkVSEAgSFwoTTU9ERUxfRkFJTFVSRV9PVEhFUhAJMu8ICg5TZXNzaW9uU2VydmljZRJeCg1VcHNlcnRTZXNzaW9uEiUuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlVwc2VydFNlc3Npb25SZXNwb25zZRJaCgpHZXRTZXNzaW9uEiIuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkdldFNlc3Npb25SZXNwb25zZSIDkAIBEmAKDExpc3RTZXNzaW9ucxIkLnNlc3Npb25zdGF0ZS52MS5MaXN0U2Vzc2lvbnNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkxpc3RTZXNzaW9uc1Jlc3BvbnNlIgOQAgESWwoMU3Bhd25TZXNzaW9uEiQuc2Vzc2lvbnN0YXRlLnYxLlNwYXduU2Vzc2lvblJlcXVlc3QaJS5zZXNzaW9uc3RhdGUudjEuU3Bhd25TZXNzaW9uUmVzcG9uc2USWwoMUmVzZXRTZXNzaW9uEiQuc2Vzc2lvbnN0YXRlLnYxLlJlc2V0U2Vzc2lvblJlcXVlc3QaJS5zZXNzaW9uc3RhdGUudjEuUmVzZXRTZXNzaW9uUmVzcG9uc2USXgoNRGVsZXRlU2Vzc2lvbhIlLnNlc3Npb25zdGF0ZS52MS5EZWxldGVTZXNzaW9uUmVxdWVzdBomLnNlc3Npb25zdGF0ZS52MS5EZWxldGVTZXNzaW9uUmVzcG9uc2USWwoMUGF0Y2hTZXNzaW9uEiQuc2Vzc2lvbnN0YXRlLnYxLlBhdGNoU2Vzc2lvblJlcXVlc3QaJS5zZXNzaW9uc3RhdGUudjEuUGF0Y2hTZXNzaW9uUmVzcG9uc2USWgoKTGlzdEdyb3VwcxIiLnNlc3Npb25zdGF0ZS52MS5MaXN0R3JvdXBzUmVxdWVzdBojLnNlc3Npb25zdGF0ZS52MS5MaXN0R3JvdXBzUmVzcG9uc2UiA5ACARJSCglTZXRHcm91cHMSIS5zZXNzaW9uc3RhdGUudjEuU2V0R3JvdXBzUmVxdWVzdBoiLnNlc3Npb25zdGF0ZS52MS5TZXRHcm91cHNSZXNwb25zZRJYCgtSZW5hbWVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5SZW5hbWVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuUmVuYW1lR3JvdXBSZXNwb25zZRJYCgtEZWxldGVHcm91cBIjLnNlc3Npb25zdGF0ZS52MS5EZWxldGVHcm91cFJlcXVlc3QaJC5zZXNzaW9uc3RhdGUudjEuRGVsZXRlR3JvdXBSZXNwb25zZRJkCg9SZXBvcnRSdW5SZXN1bHQSJy5zZXNzaW9uc3RhdGUudjEuUmVwb3J0UnVuUmVzdWx0UmVxdWVzdBooLnNlc3Npb25zdGF0ZS52MS5SZXBvcnRSdW5SZXN1bHRSZXNwb25zZUKBAUIMU2Vzc2lvblByb3RvUAFaMnNlc3Npb25zdGF0ZS9nZW4vZ28vc2Vzc2lvbnN0YXRlL3YxO3Nlc3Npb25zdGF0ZXYxogIDU1NYqgIPU2Vzc2lvblN0YXRlLlYxygIPU2Vzc2lvblN0YXRlXFYx6gIQU2Vzc2lvblN0YXRlOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_message, file_sessionstate_v1_requester]);
 
 /**
  * Text rules. Every string field a request carries is one of three kinds, named in its
@@ -111,6 +111,55 @@ export type SessionRef = Message<"sessionstate.v1.SessionRef"> & {
  */
 export const SessionRefSchema: GenMessage<SessionRef> = /*@__PURE__*/
   messageDesc(file_sessionstate_v1_session, 1);
+
+/**
+ * How a session was spawned (SpawnSession). The latest spawn wins when a child is spawned again.
+ *
+ * @generated from message sessionstate.v1.SpawnInfo
+ */
+export type SpawnInfo = Message<"sessionstate.v1.SpawnInfo"> & {
+  /**
+   * SUBAGENT or ACP (never unspecified here).
+   *
+   * @generated from field: sessionstate.v1.SpawnRuntime runtime = 1;
+   */
+  runtime: SpawnRuntime;
+
+  /**
+   * ISOLATED or FORK, after the defaults were applied (never unspecified here).
+   *
+   * @generated from field: sessionstate.v1.SpawnContext context = 2;
+   */
+  context: SpawnContext;
+
+  /**
+   * True when the spawn was bound to a chat thread (thread: true).
+   *
+   * @generated from field: bool thread_bound = 3;
+   */
+  threadBound: boolean;
+
+  /**
+   * True for a persistent dashboard session (visible: true).
+   *
+   * @generated from field: bool visible = 4;
+   */
+  visible: boolean;
+
+  /**
+   * The child's run id that the spawn returned.
+   *
+   * @generated from field: string run_id = 5;
+   */
+  runId: string;
+};
+
+/**
+ * Describes the message sessionstate.v1.SpawnInfo.
+ * Use `create(SpawnInfoSchema)` to create a new message.
+ */
+export const SpawnInfoSchema: GenMessage<SpawnInfo> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_session, 2);
 
 /**
  * The full record of a session, as GetSession returns it.
@@ -249,6 +298,41 @@ export type Session = Message<"sessionstate.v1.Session"> & {
    * @generated from field: sessionstate.v1.ThinkingLevel thinking_level = 22;
    */
   thinkingLevel: ThinkingLevel;
+
+  /**
+   * How the session was spawned. Absent for a session SpawnSession never created.
+   *
+   * @generated from field: sessionstate.v1.SpawnInfo spawn = 23;
+   */
+  spawn?: SpawnInfo | undefined;
+
+  /**
+   * True when the session runs sandboxed (UpsertSession, or a spawn with sandbox REQUIRE or
+   * a sandboxed parent). A requester whose registered session is sandboxed is clamped to
+   * visibility TREE whatever its Requester says.
+   *
+   * @generated from field: bool sandboxed = 24;
+   */
+  sandboxed: boolean;
+
+  /**
+   * Spawn depth: how many ancestors the session has through its parent chain (0 = a
+   * top-level session, 1 = a child of one). Counted up to 64.
+   *
+   * @generated from field: uint32 spawn_depth = 25;
+   */
+  spawnDepth: number;
+
+  /**
+   * The session tools a Gateway should offer this session's model, from spawn_depth and the
+   * service's --max-spawn-depth: every tool at depth 0; SESSIONS_SPAWN, SUBAGENTS,
+   * SESSIONS_LIST and SESSIONS_HISTORY for an orchestrator (depth 1 up to the limit − 1);
+   * none for a leaf subagent (depth at the limit or beyond). Advisory: the service enforces
+   * only the spawn limit itself. In enum order.
+   *
+   * @generated from field: repeated sessionstate.v1.SessionTool session_tools = 26;
+   */
+  sessionTools: SessionTool[];
 };
 
 /**
@@ -256,7 +340,7 @@ export type Session = Message<"sessionstate.v1.Session"> & {
  * Use `create(SessionSchema)` to create a new message.
  */
 export const SessionSchema: GenMessage<Session> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 2);
+  messageDesc(file_sessionstate_v1_session, 3);
 
 /**
  * A row of ListSessions: the Session without internal ids and routes.
@@ -387,7 +471,7 @@ export type SessionListEntry = Message<"sessionstate.v1.SessionListEntry"> & {
  * Use `create(SessionListEntrySchema)` to create a new message.
  */
 export const SessionListEntrySchema: GenMessage<SessionListEntry> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 3);
+  messageDesc(file_sessionstate_v1_session, 4);
 
 /**
  * @generated from message sessionstate.v1.UpsertSessionRequest
@@ -487,6 +571,15 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
    * @generated from field: sessionstate.v1.DeliveryRoute delivery_context = 15;
    */
   deliveryContext?: DeliveryRoute | undefined;
+
+  /**
+   * True when the session runs sandboxed: requests with this session as requester are then
+   * clamped to visibility TREE, and its spawns inherit the sandbox. Absent = unchanged
+   * (false on create).
+   *
+   * @generated from field: optional bool sandboxed = 16;
+   */
+  sandboxed?: boolean | undefined;
 };
 
 /**
@@ -494,7 +587,7 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
  * Use `create(UpsertSessionRequestSchema)` to create a new message.
  */
 export const UpsertSessionRequestSchema: GenMessage<UpsertSessionRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 4);
+  messageDesc(file_sessionstate_v1_session, 5);
 
 /**
  * @generated from message sessionstate.v1.UpsertSessionResponse
@@ -518,14 +611,15 @@ export type UpsertSessionResponse = Message<"sessionstate.v1.UpsertSessionRespon
  * Use `create(UpsertSessionResponseSchema)` to create a new message.
  */
 export const UpsertSessionResponseSchema: GenMessage<UpsertSessionResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 5);
+  messageDesc(file_sessionstate_v1_session, 6);
 
 /**
  * @generated from message sessionstate.v1.GetSessionRequest
  */
 export type GetSessionRequest = Message<"sessionstate.v1.GetSessionRequest"> & {
   /**
-   * The session, by key. Give exactly one of session and session_id.
+   * The session, by key. Give exactly one of session and session_id. The key "current"
+   * (with a requester) names the requester's own session.
    *
    * @generated from field: sessionstate.v1.SessionRef session = 1;
    */
@@ -553,7 +647,7 @@ export type GetSessionRequest = Message<"sessionstate.v1.GetSessionRequest"> & {
  * Use `create(GetSessionRequestSchema)` to create a new message.
  */
 export const GetSessionRequestSchema: GenMessage<GetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 6);
+  messageDesc(file_sessionstate_v1_session, 7);
 
 /**
  * @generated from message sessionstate.v1.GetSessionResponse
@@ -570,7 +664,7 @@ export type GetSessionResponse = Message<"sessionstate.v1.GetSessionResponse"> &
  * Use `create(GetSessionResponseSchema)` to create a new message.
  */
 export const GetSessionResponseSchema: GenMessage<GetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 7);
+  messageDesc(file_sessionstate_v1_session, 8);
 
 /**
  * @generated from message sessionstate.v1.ListSessionsRequest
@@ -651,7 +745,8 @@ export type ListSessionsRequest = Message<"sessionstate.v1.ListSessionsRequest">
   includeLastMessage: boolean;
 
   /**
-   * Fill messages with the newest N messages of each row, 0–20. 0 = none.
+   * Fill messages with the newest N messages of each row. 0 = none; above 20 is clamped
+   * to 20.
    *
    * @generated from field: uint32 message_limit = 11;
    */
@@ -663,7 +758,7 @@ export type ListSessionsRequest = Message<"sessionstate.v1.ListSessionsRequest">
  * Use `create(ListSessionsRequestSchema)` to create a new message.
  */
 export const ListSessionsRequestSchema: GenMessage<ListSessionsRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 8);
+  messageDesc(file_sessionstate_v1_session, 9);
 
 /**
  * @generated from message sessionstate.v1.ListSessionsResponse
@@ -703,14 +798,15 @@ export type ListSessionsResponse = Message<"sessionstate.v1.ListSessionsResponse
  * Use `create(ListSessionsResponseSchema)` to create a new message.
  */
 export const ListSessionsResponseSchema: GenMessage<ListSessionsResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 9);
+  messageDesc(file_sessionstate_v1_session, 10);
 
 /**
  * @generated from message sessionstate.v1.SpawnSessionRequest
  */
 export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest"> & {
   /**
-   * The parent. Must be a known session.
+   * The parent. Must be a known session. Its spawn depth + 1 must not exceed the service's
+   * --max-spawn-depth (default 1): a deeper spawn is FAILED_PRECONDITION naming the flag.
    *
    * @generated from field: sessionstate.v1.SessionRef parent = 1;
    */
@@ -721,7 +817,8 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
    * rules" in session.proto): one-line text without invisible format characters, whitespace at
    * the ends or '"'. A key that is not agent-qualified names a session of the parent's agent;
    * with a gateway token the child's agent must be one of the token's agents too
-   * (PERMISSION_DENIED otherwise).
+   * (PERMISSION_DENIED otherwise). A spawn into the bare key "global" seeds no watch cursor
+   * (SPEC §3.1).
    *
    * @generated from field: string child_session_key = 2;
    */
@@ -741,8 +838,9 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
   label: string;
 
   /**
-   * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
-   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = keep (or none).
+   * Model override for the child: one-line text (see "Text rules" in session.proto: no C0/C1
+   * controls, U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes. Empty = keep the
+   * child's model (the agent's default for a new child).
    *
    * @generated from field: string model = 5;
    */
@@ -768,11 +866,74 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
   /**
    * Dedupe key for the child_spawned event, so a retried spawn records once. Optional; one-line
    * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
-   * U+FEFF), at most 256 bytes.
+   * U+FEFF), at most 256 bytes. Empty with a child_run_id = "child-spawned:" + child_run_id.
    *
    * @generated from field: string dedupe_key = 8;
    */
   dedupeKey: string;
+
+  /**
+   * Unspecified = SUBAGENT.
+   *
+   * @generated from field: sessionstate.v1.SpawnRuntime runtime = 9;
+   */
+  runtime: SpawnRuntime;
+
+  /**
+   * Thinking-level override for the child. Unspecified = keep the child's (the agent's
+   * default for a new child).
+   *
+   * @generated from field: sessionstate.v1.ThinkingLevel thinking_level = 10;
+   */
+  thinkingLevel: ThinkingLevel;
+
+  /**
+   * Bind the child to a chat thread. Changes the context default to FORK (runtime SUBAGENT).
+   *
+   * @generated from field: bool thread = 11;
+   */
+  thread: boolean;
+
+  /**
+   * Unspecified = INHERIT. REQUIRE with runtime ACP is INVALID_ARGUMENT; runtime ACP from a
+   * sandboxed parent is PERMISSION_DENIED (ACP runs on the host).
+   *
+   * @generated from field: sessionstate.v1.SandboxMode sandbox = 12;
+   */
+  sandbox: SandboxMode;
+
+  /**
+   * Unspecified = FORK for a thread-bound SUBAGENT spawn, ISOLATED otherwise. FORK with
+   * runtime ACP is INVALID_ARGUMENT.
+   *
+   * @generated from field: sessionstate.v1.SpawnContext context = 13;
+   */
+  context: SpawnContext;
+
+  /**
+   * A persistent dashboard session rather than a background child.
+   *
+   * @generated from field: bool visible = 14;
+   */
+  visible: boolean;
+
+  /**
+   * The delegated task: recorded as the first visible message of the child's transcript
+   * ("[Subagent Task]: " + task, role USER, inter-session provenance from the parent).
+   * At most 65536 bytes (line breaks allowed). Empty = no task message.
+   *
+   * @generated from field: string task = 15;
+   */
+  task: string;
+
+  /**
+   * The child's run id, chosen by the Gateway (at most 128 bytes, no control characters).
+   * Empty = the service assigns "run_" + a random UUID. Names the task message, so a
+   * retried spawn with the same id records it once.
+   *
+   * @generated from field: string child_run_id = 16;
+   */
+  childRunId: string;
 };
 
 /**
@@ -780,7 +941,7 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
  * Use `create(SpawnSessionRequestSchema)` to create a new message.
  */
 export const SpawnSessionRequestSchema: GenMessage<SpawnSessionRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 10);
+  messageDesc(file_sessionstate_v1_session, 11);
 
 /**
  * @generated from message sessionstate.v1.SpawnSessionResponse
@@ -804,6 +965,29 @@ export type SpawnSessionResponse = Message<"sessionstate.v1.SpawnSessionResponse
    * @generated from field: bool parent_watching = 3;
    */
   parentWatching: boolean;
+
+  /**
+   * The child's run id (child_run_id, or the one the service assigned). The spawn never
+   * waits for the run: it is accepted and returned at once.
+   *
+   * @generated from field: string run_id = 4;
+   */
+  runId: string;
+
+  /**
+   * The child's session key (as child.session_key).
+   *
+   * @generated from field: string child_session_key = 5;
+   */
+  childSessionKey: string;
+
+  /**
+   * Message id of the "[Subagent Task]" message in the child's transcript ("subagent-task:"
+   * + run_id). Empty when no task was given.
+   *
+   * @generated from field: string task_message_id = 6;
+   */
+  taskMessageId: string;
 };
 
 /**
@@ -811,7 +995,7 @@ export type SpawnSessionResponse = Message<"sessionstate.v1.SpawnSessionResponse
  * Use `create(SpawnSessionResponseSchema)` to create a new message.
  */
 export const SpawnSessionResponseSchema: GenMessage<SpawnSessionResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 11);
+  messageDesc(file_sessionstate_v1_session, 12);
 
 /**
  * @generated from message sessionstate.v1.ResetSessionRequest
@@ -828,7 +1012,7 @@ export type ResetSessionRequest = Message<"sessionstate.v1.ResetSessionRequest">
  * Use `create(ResetSessionRequestSchema)` to create a new message.
  */
 export const ResetSessionRequestSchema: GenMessage<ResetSessionRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 12);
+  messageDesc(file_sessionstate_v1_session, 13);
 
 /**
  * @generated from message sessionstate.v1.ResetSessionResponse
@@ -852,7 +1036,7 @@ export type ResetSessionResponse = Message<"sessionstate.v1.ResetSessionResponse
  * Use `create(ResetSessionResponseSchema)` to create a new message.
  */
 export const ResetSessionResponseSchema: GenMessage<ResetSessionResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 13);
+  messageDesc(file_sessionstate_v1_session, 14);
 
 /**
  * @generated from message sessionstate.v1.DeleteSessionRequest
@@ -869,7 +1053,7 @@ export type DeleteSessionRequest = Message<"sessionstate.v1.DeleteSessionRequest
  * Use `create(DeleteSessionRequestSchema)` to create a new message.
  */
 export const DeleteSessionRequestSchema: GenMessage<DeleteSessionRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 14);
+  messageDesc(file_sessionstate_v1_session, 15);
 
 /**
  * @generated from message sessionstate.v1.DeleteSessionResponse
@@ -895,7 +1079,7 @@ export type DeleteSessionResponse = Message<"sessionstate.v1.DeleteSessionRespon
  * Use `create(DeleteSessionResponseSchema)` to create a new message.
  */
 export const DeleteSessionResponseSchema: GenMessage<DeleteSessionResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 15);
+  messageDesc(file_sessionstate_v1_session, 16);
 
 /**
  * @generated from message sessionstate.v1.PatchSessionRequest
@@ -909,7 +1093,8 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
   requester?: Requester | undefined;
 
   /**
-   * The session, by key. Give exactly one of session and session_id.
+   * The session, by key. Give at most one of session and session_id; with neither (or the
+   * key "current"), a requester patches its own session. Without a requester one is needed.
    *
    * @generated from field: sessionstate.v1.SessionRef session = 2;
    */
@@ -953,8 +1138,8 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
 
   /**
    * Model id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
-   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes; empty = back to the agent's
-   * default.
+   * U+2028/U+2029, bidi controls or U+FEFF), at most 256 bytes; empty or "default" (any case)
+   * = back to the agent's default.
    *
    * @generated from field: optional string model = 8;
    */
@@ -982,7 +1167,7 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
  * Use `create(PatchSessionRequestSchema)` to create a new message.
  */
 export const PatchSessionRequestSchema: GenMessage<PatchSessionRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 16);
+  messageDesc(file_sessionstate_v1_session, 17);
 
 /**
  * @generated from message sessionstate.v1.PatchSessionResponse
@@ -1014,7 +1199,7 @@ export type PatchSessionResponse = Message<"sessionstate.v1.PatchSessionResponse
  * Use `create(PatchSessionResponseSchema)` to create a new message.
  */
 export const PatchSessionResponseSchema: GenMessage<PatchSessionResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 17);
+  messageDesc(file_sessionstate_v1_session, 18);
 
 /**
  * A named group in the global catalog.
@@ -1037,7 +1222,7 @@ export type SessionGroup = Message<"sessionstate.v1.SessionGroup"> & {
  * Use `create(SessionGroupSchema)` to create a new message.
  */
 export const SessionGroupSchema: GenMessage<SessionGroup> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 18);
+  messageDesc(file_sessionstate_v1_session, 19);
 
 /**
  * @generated from message sessionstate.v1.ListGroupsRequest
@@ -1056,7 +1241,7 @@ export type ListGroupsRequest = Message<"sessionstate.v1.ListGroupsRequest"> & {
  * Use `create(ListGroupsRequestSchema)` to create a new message.
  */
 export const ListGroupsRequestSchema: GenMessage<ListGroupsRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 19);
+  messageDesc(file_sessionstate_v1_session, 20);
 
 /**
  * @generated from message sessionstate.v1.ListGroupsResponse
@@ -1082,7 +1267,7 @@ export type ListGroupsResponse = Message<"sessionstate.v1.ListGroupsResponse"> &
  * Use `create(ListGroupsResponseSchema)` to create a new message.
  */
 export const ListGroupsResponseSchema: GenMessage<ListGroupsResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 20);
+  messageDesc(file_sessionstate_v1_session, 21);
 
 /**
  * @generated from message sessionstate.v1.SetGroupsRequest
@@ -1117,7 +1302,7 @@ export type SetGroupsRequest = Message<"sessionstate.v1.SetGroupsRequest"> & {
  * Use `create(SetGroupsRequestSchema)` to create a new message.
  */
 export const SetGroupsRequestSchema: GenMessage<SetGroupsRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 21);
+  messageDesc(file_sessionstate_v1_session, 22);
 
 /**
  * @generated from message sessionstate.v1.SetGroupsResponse
@@ -1139,7 +1324,7 @@ export type SetGroupsResponse = Message<"sessionstate.v1.SetGroupsResponse"> & {
  * Use `create(SetGroupsResponseSchema)` to create a new message.
  */
 export const SetGroupsResponseSchema: GenMessage<SetGroupsResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 22);
+  messageDesc(file_sessionstate_v1_session, 23);
 
 /**
  * @generated from message sessionstate.v1.RenameGroupRequest
@@ -1180,7 +1365,7 @@ export type RenameGroupRequest = Message<"sessionstate.v1.RenameGroupRequest"> &
  * Use `create(RenameGroupRequestSchema)` to create a new message.
  */
 export const RenameGroupRequestSchema: GenMessage<RenameGroupRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 23);
+  messageDesc(file_sessionstate_v1_session, 24);
 
 /**
  * @generated from message sessionstate.v1.RenameGroupResponse
@@ -1202,7 +1387,7 @@ export type RenameGroupResponse = Message<"sessionstate.v1.RenameGroupResponse">
  * Use `create(RenameGroupResponseSchema)` to create a new message.
  */
 export const RenameGroupResponseSchema: GenMessage<RenameGroupResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 24);
+  messageDesc(file_sessionstate_v1_session, 25);
 
 /**
  * @generated from message sessionstate.v1.DeleteGroupRequest
@@ -1236,7 +1421,7 @@ export type DeleteGroupRequest = Message<"sessionstate.v1.DeleteGroupRequest"> &
  * Use `create(DeleteGroupRequestSchema)` to create a new message.
  */
 export const DeleteGroupRequestSchema: GenMessage<DeleteGroupRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 25);
+  messageDesc(file_sessionstate_v1_session, 26);
 
 /**
  * @generated from message sessionstate.v1.DeleteGroupResponse
@@ -1258,7 +1443,7 @@ export type DeleteGroupResponse = Message<"sessionstate.v1.DeleteGroupResponse">
  * Use `create(DeleteGroupResponseSchema)` to create a new message.
  */
 export const DeleteGroupResponseSchema: GenMessage<DeleteGroupResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 26);
+  messageDesc(file_sessionstate_v1_session, 27);
 
 /**
  * @generated from message sessionstate.v1.ReportRunResultRequest
@@ -1310,7 +1495,7 @@ export type ReportRunResultRequest = Message<"sessionstate.v1.ReportRunResultReq
  * Use `create(ReportRunResultRequestSchema)` to create a new message.
  */
 export const ReportRunResultRequestSchema: GenMessage<ReportRunResultRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 27);
+  messageDesc(file_sessionstate_v1_session, 28);
 
 /**
  * @generated from message sessionstate.v1.ReportRunResultResponse
@@ -1362,7 +1547,7 @@ export type ReportRunResultResponse = Message<"sessionstate.v1.ReportRunResultRe
  * Use `create(ReportRunResultResponseSchema)` to create a new message.
  */
 export const ReportRunResultResponseSchema: GenMessage<ReportRunResultResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_session, 28);
+  messageDesc(file_sessionstate_v1_session, 29);
 
 /**
  * Reasoning effort of the session's model. Unspecified = the agent's default.
@@ -1507,6 +1692,173 @@ export const RunStatusSchema: GenEnum<RunStatus> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_session, 2);
 
 /**
+ * Where a spawned child runs (SPEC §4 sessions_spawn).
+ *
+ * @generated from enum sessionstate.v1.SpawnRuntime
+ */
+export enum SpawnRuntime {
+  /**
+   * Not given: SUBAGENT.
+   *
+   * @generated from enum value: SPAWN_RUNTIME_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A native subagent run by the Gateway.
+   *
+   * @generated from enum value: SPAWN_RUNTIME_SUBAGENT = 1;
+   */
+  SUBAGENT = 1,
+
+  /**
+   * An external agent harness (ACP). It runs on the host, outside any sandbox.
+   *
+   * @generated from enum value: SPAWN_RUNTIME_ACP = 2;
+   */
+  ACP = 2,
+}
+
+/**
+ * Describes the enum sessionstate.v1.SpawnRuntime.
+ */
+export const SpawnRuntimeSchema: GenEnum<SpawnRuntime> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 3);
+
+/**
+ * What a spawned child starts from.
+ *
+ * @generated from enum sessionstate.v1.SpawnContext
+ */
+export enum SpawnContext {
+  /**
+   * Not given: FORK for a thread-bound spawn of runtime SUBAGENT, ISOLATED otherwise.
+   *
+   * @generated from enum value: SPAWN_CONTEXT_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * A fresh context: the child sees only its task.
+   *
+   * @generated from enum value: SPAWN_CONTEXT_ISOLATED = 1;
+   */
+  ISOLATED = 1,
+
+  /**
+   * The child starts from a copy of the parent's context. Runtime SUBAGENT only.
+   *
+   * @generated from enum value: SPAWN_CONTEXT_FORK = 2;
+   */
+  FORK = 2,
+}
+
+/**
+ * Describes the enum sessionstate.v1.SpawnContext.
+ */
+export const SpawnContextSchema: GenEnum<SpawnContext> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 4);
+
+/**
+ * The sandbox rule of a spawn.
+ *
+ * @generated from enum sessionstate.v1.SandboxMode
+ */
+export enum SandboxMode {
+  /**
+   * Not given: INHERIT.
+   *
+   * @generated from enum value: SANDBOX_MODE_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * The child runs sandboxed exactly when its parent does.
+   *
+   * @generated from enum value: SANDBOX_MODE_INHERIT = 1;
+   */
+  INHERIT = 1,
+
+  /**
+   * The child must run sandboxed (runtime SUBAGENT only: ACP runs outside the sandbox).
+   *
+   * @generated from enum value: SANDBOX_MODE_REQUIRE = 2;
+   */
+  REQUIRE = 2,
+}
+
+/**
+ * Describes the enum sessionstate.v1.SandboxMode.
+ */
+export const SandboxModeSchema: GenEnum<SandboxMode> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 5);
+
+/**
+ * A session tool a Gateway offers a session's model (SPEC §4).
+ *
+ * @generated from enum sessionstate.v1.SessionTool
+ */
+export enum SessionTool {
+  /**
+   * @generated from enum value: SESSION_TOOL_UNSPECIFIED = 0;
+   */
+  UNSPECIFIED = 0,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSIONS_LIST = 1;
+   */
+  SESSIONS_LIST = 1,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSIONS_HISTORY = 2;
+   */
+  SESSIONS_HISTORY = 2,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSIONS_SEARCH = 3;
+   */
+  SESSIONS_SEARCH = 3,
+
+  /**
+   * The sessions tool: patch and the group catalog.
+   *
+   * @generated from enum value: SESSION_TOOL_SESSIONS = 4;
+   */
+  SESSIONS = 4,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSIONS_SEND = 5;
+   */
+  SESSIONS_SEND = 5,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSION_STATUS = 6;
+   */
+  SESSION_STATUS = 6,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSIONS_SPAWN = 7;
+   */
+  SESSIONS_SPAWN = 7,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SUBAGENTS = 8;
+   */
+  SUBAGENTS = 8,
+
+  /**
+   * @generated from enum value: SESSION_TOOL_SESSIONS_YIELD = 9;
+   */
+  SESSIONS_YIELD = 9,
+}
+
+/**
+ * Describes the enum sessionstate.v1.SessionTool.
+ */
+export const SessionToolSchema: GenEnum<SessionTool> = /*@__PURE__*/
+  enumDesc(file_sessionstate_v1_session, 6);
+
+/**
  * How a run ended, as far as the model is concerned.
  *
  * @generated from enum sessionstate.v1.RunResultOutcome
@@ -1536,7 +1888,7 @@ export enum RunResultOutcome {
  * Describes the enum sessionstate.v1.RunResultOutcome.
  */
 export const RunResultOutcomeSchema: GenEnum<RunResultOutcome> = /*@__PURE__*/
-  enumDesc(file_sessionstate_v1_session, 3);
+  enumDesc(file_sessionstate_v1_session, 7);
 
 /**
  * Why a model call failed. AUTH, BILLING and MODEL_NOT_FOUND are permanent; the rest are
@@ -1618,7 +1970,7 @@ export enum ModelFailure {
  * Describes the enum sessionstate.v1.ModelFailure.
  */
 export const ModelFailureSchema: GenEnum<ModelFailure> = /*@__PURE__*/
-  enumDesc(file_sessionstate_v1_session, 4);
+  enumDesc(file_sessionstate_v1_session, 8);
 
 /**
  * SessionService is the registry of sessions: who exists, who spawned whom, and the

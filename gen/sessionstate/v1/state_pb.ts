@@ -10,7 +10,7 @@ import type { ActorType, EventKind, EventPayload, SessionStateEvent } from "./ev
 import { file_sessionstate_v1_event } from "./event_pb.js";
 import type { Requester } from "./requester_pb.js";
 import { file_sessionstate_v1_requester } from "./requester_pb.js";
-import type { Session, SessionRef } from "./session_pb.js";
+import type { DeliveryRoute, Session, SessionRef } from "./session_pb.js";
 import { file_sessionstate_v1_session } from "./session_pb.js";
 import type { Message } from "@bufbuild/protobuf";
 
@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/state.proto.
  */
 export const file_sessionstate_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvc3RhdGUucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSLaAgoKRXZlbnRJbnB1dBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSKAoEa2luZBgCIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5FdmVudEtpbmQSLgoKYWN0b3JfdHlwZRgDIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5BY3RvclR5cGUSEAoIYWN0b3JfaWQYBCABKAkSDgoGcnVuX2lkGAUgASgJEi8KC29jY3VycmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdW1tYXJ5GAcgASgJEi4KB3BheWxvYWQYCCABKAsyHS5zZXNzaW9uc3RhdGUudjEuRXZlbnRQYXlsb2FkEhIKCmRlZHVwZV9rZXkYCSABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYCiADKAkiQgoTQXBwZW5kRXZlbnRzUmVxdWVzdBIrCgZldmVudHMYASADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCJsCgxBcHBlbmRSZXN1bHQSEAoIc2VxdWVuY2UYASABKAMSFQoNc3RhdGVfdmVyc2lvbhgCIAEoAxIRCglkdXBsaWNhdGUYAyABKAgSEAoIcmVjb3JkZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIkYKFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuQXBwZW5kUmVzdWx0IrsBChBHZXRTdGF0dXNSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIaCg1jaGFuZ2VzX3NpbmNlGAIgASgDSACIAQESEgoFbGltaXQYAyABKA1IAYgBARItCglyZXF1ZXN0ZXIYBCABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyQhAKDl9jaGFuZ2VzX3NpbmNlQggKBl9saW1pdCKPAQoMU3RhdGVDaGFuZ2VzEjIKBmV2ZW50cxgBIAMoCzIiLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uU3RhdGVFdmVudBIRCgl0cnVuY2F0ZWQYAiABKAgSIwobZWFybGllc3RfYXZhaWxhYmxlX3NlcXVlbmNlGAMgASgDEhMKC2hpc3RvcnlfZ2FwGAQgASgIIosBChFHZXRTdGF0dXNSZXNwb25zZRIVCg1zdGF0ZV92ZXJzaW9uGAEgASgDEjQKDXN0YXRlX2NoYW5nZXMYAiABKAsyHS5zZXNzaW9uc3RhdGUudjEuU3RhdGVDaGFuZ2VzEikKB3Nlc3Npb24YAyABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbjLEAQoMU3RhdGVTZXJ2aWNlElsKDEFwcGVuZEV2ZW50cxIkLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudHNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElcKCUdldFN0YXR1cxIhLnNlc3Npb25zdGF0ZS52MS5HZXRTdGF0dXNSZXF1ZXN0GiIuc2Vzc2lvbnN0YXRlLnYxLkdldFN0YXR1c1Jlc3BvbnNlIgOQAgFCf0IKU3RhdGVQcm90b1ABWjJzZXNzaW9uc3RhdGUvZ2VuL2dvL3Nlc3Npb25zdGF0ZS92MTtzZXNzaW9uc3RhdGV2MaICA1NTWKoCD1Nlc3Npb25TdGF0ZS5WMcoCD1Nlc3Npb25TdGF0ZVxWMeoCEFNlc3Npb25TdGF0ZTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_requester, file_sessionstate_v1_session]);
+  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvc3RhdGUucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSLaAgoKRXZlbnRJbnB1dBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSKAoEa2luZBgCIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5FdmVudEtpbmQSLgoKYWN0b3JfdHlwZRgDIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5BY3RvclR5cGUSEAoIYWN0b3JfaWQYBCABKAkSDgoGcnVuX2lkGAUgASgJEi8KC29jY3VycmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdW1tYXJ5GAcgASgJEi4KB3BheWxvYWQYCCABKAsyHS5zZXNzaW9uc3RhdGUudjEuRXZlbnRQYXlsb2FkEhIKCmRlZHVwZV9rZXkYCSABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYCiADKAkiQgoTQXBwZW5kRXZlbnRzUmVxdWVzdBIrCgZldmVudHMYASADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCJsCgxBcHBlbmRSZXN1bHQSEAoIc2VxdWVuY2UYASABKAMSFQoNc3RhdGVfdmVyc2lvbhgCIAEoAxIRCglkdXBsaWNhdGUYAyABKAgSEAoIcmVjb3JkZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIkYKFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuQXBwZW5kUmVzdWx0Io8CChBHZXRTdGF0dXNSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIaCg1jaGFuZ2VzX3NpbmNlGAIgASgDSACIAQESEgoFbGltaXQYAyABKA1IAYgBARItCglyZXF1ZXN0ZXIYBCABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEhIKBW1vZGVsGAUgASgJSAKIAQESNAoMYWN0aXZlX3JvdXRlGAYgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGVCEAoOX2NoYW5nZXNfc2luY2VCCAoGX2xpbWl0QggKBl9tb2RlbCKPAQoMU3RhdGVDaGFuZ2VzEjIKBmV2ZW50cxgBIAMoCzIiLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uU3RhdGVFdmVudBIRCgl0cnVuY2F0ZWQYAiABKAgSIwobZWFybGllc3RfYXZhaWxhYmxlX3NlcXVlbmNlGAMgASgDEhMKC2hpc3RvcnlfZ2FwGAQgASgIIrYCChFHZXRTdGF0dXNSZXNwb25zZRIVCg1zdGF0ZV92ZXJzaW9uGAEgASgDEjQKDXN0YXRlX2NoYW5nZXMYAiABKAsyHS5zZXNzaW9uc3RhdGUudjEuU3RhdGVDaGFuZ2VzEikKB3Nlc3Npb24YAyABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIrCgVyb3V0ZRgEIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5TdGF0dXNSb3V0ZRIrCgV1c2FnZRgFIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5TdGF0dXNVc2FnZRI4Cgx0YXNrX2NvbnRleHQYBiABKAsyIi5zZXNzaW9uc3RhdGUudjEuTGlua2VkVGFza0NvbnRleHQSFQoNbW9kZWxfY2hhbmdlZBgHIAEoCCKnAQoLU3RhdHVzUm91dGUSLgoGb3JpZ2luGAEgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSLgoGYWN0aXZlGAIgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgDIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlItMBCgtTdGF0dXNVc2FnZRIWCg5jb250ZXh0X3Rva2VucxgBIAEoAxIUCgx0b3RhbF90b2tlbnMYAiABKAMSFAoMaW5wdXRfdG9rZW5zGAMgASgDEhUKDW91dHB1dF90b2tlbnMYBCABKAMSGQoRY2FjaGVfcmVhZF90b2tlbnMYBSABKAMSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAYgASgDEh4KFnVzYWdlX21lc3NhZ2Vfc2VxdWVuY2UYByABKAMSEgoKYmFja2ZpbGxlZBgIIAEoCCJYChFMaW5rZWRUYXNrQ29udGV4dBIUCgxhY3RpdmVfY291bnQYASABKA0SHAoUcmVjZW50X2ZhaWx1cmVfY291bnQYAiABKA0SDwoHc3VtbWFyeRgDIAEoCTLEAQoMU3RhdGVTZXJ2aWNlElsKDEFwcGVuZEV2ZW50cxIkLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudHNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElcKCUdldFN0YXR1cxIhLnNlc3Npb25zdGF0ZS52MS5HZXRTdGF0dXNSZXF1ZXN0GiIuc2Vzc2lvbnN0YXRlLnYxLkdldFN0YXR1c1Jlc3BvbnNlIgOQAgFCf0IKU3RhdGVQcm90b1ABWjJzZXNzaW9uc3RhdGUvZ2VuL2dvL3Nlc3Npb25zdGF0ZS92MTtzZXNzaW9uc3RhdGV2MaICA1NTWKoCD1Nlc3Npb25TdGF0ZS5WMcoCD1Nlc3Npb25TdGF0ZVxWMeoCEFNlc3Npb25TdGF0ZTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_requester, file_sessionstate_v1_session]);
 
 /**
  * One event to append.
@@ -202,6 +202,9 @@ export const AppendEventsResponseSchema: GenMessage<AppendEventsResponse> = /*@_
  */
 export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
   /**
+   * The session. Empty (or absent), or the key "current", with a requester = the requester's
+   * own session; without a requester a key is required (INVALID_ARGUMENT).
+   *
    * @generated from field: sessionstate.v1.SessionRef session = 1;
    */
   session?: SessionRef | undefined;
@@ -214,7 +217,7 @@ export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
   changesSince?: bigint | undefined;
 
   /**
-   * Most events to return, 1–200. Absent = 200.
+   * Most events to return, 1–200. Absent = 200. Above 200 is INVALID_ARGUMENT (not clamped).
    *
    * @generated from field: optional uint32 limit = 3;
    */
@@ -227,6 +230,28 @@ export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
    * @generated from field: sessionstate.v1.Requester requester = 4;
    */
   requester?: Requester | undefined;
+
+  /**
+   * session_status's model: sets the session's model before the status is read, as
+   * PatchSession's model does (an agent's choice stays revertible). Empty or "default" (any
+   * case) clears the per-session override: back to the agent's default. At most 256 bytes.
+   * Absent = read only. Given, the call is a write: it needs a token that may act for the
+   * session's agent, and a requester must see the session by its own tree (no watched-group
+   * read grant). NOT_FOUND when the session is not registered.
+   *
+   * @generated from field: optional string model = 5;
+   */
+  model?: string | undefined;
+
+  /**
+   * The route of the live run the Gateway is serving for the requester's session now (the
+   * turn that calls session_status). Reported back as route.active only when the status is
+   * for the requester's own session; ignored for any other session and without a requester.
+   * Each field at most 256 bytes. Absent = no live run is being served.
+   *
+   * @generated from field: sessionstate.v1.DeliveryRoute active_route = 6;
+   */
+  activeRoute?: DeliveryRoute | undefined;
 };
 
 /**
@@ -299,11 +324,40 @@ export type GetStatusResponse = Message<"sessionstate.v1.GetStatusResponse"> & {
   stateChanges?: StateChanges | undefined;
 
   /**
-   * The registered session, when it is registered.
+   * The registered session, when it is registered (after the model change, if any).
    *
    * @generated from field: sessionstate.v1.Session session = 3;
    */
   session?: Session | undefined;
+
+  /**
+   * Where the session's messages come from and go. Present when the session is registered.
+   *
+   * @generated from field: sessionstate.v1.StatusRoute route = 4;
+   */
+  route?: StatusRoute | undefined;
+
+  /**
+   * Token and cache counters. Present when the session is registered.
+   *
+   * @generated from field: sessionstate.v1.StatusUsage usage = 5;
+   */
+  usage?: StatusUsage | undefined;
+
+  /**
+   * Background tasks linked to the session (the task registry, SPEC §6). Absent when the
+   * registry has no task for it, or none the requester may see.
+   *
+   * @generated from field: sessionstate.v1.LinkedTaskContext task_context = 6;
+   */
+  taskContext?: LinkedTaskContext | undefined;
+
+  /**
+   * True when model was given and changed the session's model.
+   *
+   * @generated from field: bool model_changed = 7;
+   */
+  modelChanged: boolean;
 };
 
 /**
@@ -312,6 +366,147 @@ export type GetStatusResponse = Message<"sessionstate.v1.GetStatusResponse"> & {
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
   messageDesc(file_sessionstate_v1_state, 6);
+
+/**
+ * The route context of session_status (SPEC §4).
+ *
+ * @generated from message sessionstate.v1.StatusRoute
+ */
+export type StatusRoute = Message<"sessionstate.v1.StatusRoute"> & {
+  /**
+   * Where the session was created: the stored origin; when none was stored (or it names no
+   * channel), channel is the provider a deliverable key prefix names ("telegram" for
+   * "agent:main:telegram:group:42"; never internal prefixes such as main, subagent, acp,
+   * cron, hook or node). Absent when neither says anything.
+   *
+   * @generated from field: sessionstate.v1.DeliveryRoute origin = 1;
+   */
+  origin?: DeliveryRoute | undefined;
+
+  /**
+   * The live run's route: GetStatusRequest.active_route, only for the session being served
+   * now (the requester's own). Absent otherwise.
+   *
+   * @generated from field: sessionstate.v1.DeliveryRoute active = 2;
+   */
+  active?: DeliveryRoute | undefined;
+
+  /**
+   * The persisted delivery route (Session.delivery_context). Absent when none is stored.
+   *
+   * @generated from field: sessionstate.v1.DeliveryRoute delivery_context = 3;
+   */
+  deliveryContext?: DeliveryRoute | undefined;
+};
+
+/**
+ * Describes the message sessionstate.v1.StatusRoute.
+ * Use `create(StatusRouteSchema)` to create a new message.
+ */
+export const StatusRouteSchema: GenMessage<StatusRoute> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_state, 7);
+
+/**
+ * Token counters of session_status. Context and total come from the session record
+ * (UpsertSession) when they are above 0; otherwise, like the cache counters, from the newest
+ * usage entry of the session's current transcript (TranscriptMessage.usage). 0 = not known.
+ *
+ * @generated from message sessionstate.v1.StatusUsage
+ */
+export type StatusUsage = Message<"sessionstate.v1.StatusUsage"> & {
+  /**
+   * Tokens in the current context window. Backfilled as the entry's context_tokens.
+   *
+   * @generated from field: int64 context_tokens = 1;
+   */
+  contextTokens: bigint;
+
+  /**
+   * Tokens used over the session's life. Backfilled as the entry's total_tokens.
+   *
+   * @generated from field: int64 total_tokens = 2;
+   */
+  totalTokens: bigint;
+
+  /**
+   * Of the newest usage entry.
+   *
+   * @generated from field: int64 input_tokens = 3;
+   */
+  inputTokens: bigint;
+
+  /**
+   * @generated from field: int64 output_tokens = 4;
+   */
+  outputTokens: bigint;
+
+  /**
+   * @generated from field: int64 cache_read_tokens = 5;
+   */
+  cacheReadTokens: bigint;
+
+  /**
+   * @generated from field: int64 cache_write_tokens = 6;
+   */
+  cacheWriteTokens: bigint;
+
+  /**
+   * Sequence of the transcript message the entry is on; 0 = the transcript has none.
+   *
+   * @generated from field: int64 usage_message_sequence = 7;
+   */
+  usageMessageSequence: bigint;
+
+  /**
+   * True when context_tokens or total_tokens came from the transcript (the record had 0).
+   *
+   * @generated from field: bool backfilled = 8;
+   */
+  backfilled: boolean;
+};
+
+/**
+ * Describes the message sessionstate.v1.StatusUsage.
+ * Use `create(StatusUsageSchema)` to create a new message.
+ */
+export const StatusUsageSchema: GenMessage<StatusUsage> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_state, 8);
+
+/**
+ * Background tasks linked to a session, from the task registry (SPEC §6 subagents).
+ *
+ * @generated from message sessionstate.v1.LinkedTaskContext
+ */
+export type LinkedTaskContext = Message<"sessionstate.v1.LinkedTaskContext"> & {
+  /**
+   * Tasks queued or running.
+   *
+   * @generated from field: uint32 active_count = 1;
+   */
+  activeCount: number;
+
+  /**
+   * Tasks that failed or were cancelled recently.
+   *
+   * @generated from field: uint32 recent_failure_count = 2;
+   */
+  recentFailureCount: number;
+
+  /**
+   * One line for the model about the most relevant task (e.g. "1 active · subagent · fix the
+   * login bug"). At most 280 characters.
+   *
+   * @generated from field: string summary = 3;
+   */
+  summary: string;
+};
+
+/**
+ * Describes the message sessionstate.v1.LinkedTaskContext.
+ * Use `create(LinkedTaskContextSchema)` to create a new message.
+ */
+export const LinkedTaskContextSchema: GenMessage<LinkedTaskContext> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_state, 9);
 
 /**
  * StateService is the signal log: Gateways append material state changes and read the

@@ -44,9 +44,9 @@ export class PgCursorRows implements CursorRows {
   async saveCursor(cursor: WatchCursor): Promise<void> {
     await this.c.rows(
       "cursors.save",
-      `UPDATE session_watch_cursors SET last_seen = $4, notified = $5, material = $6, updated_at = $7
+      `UPDATE session_watch_cursors SET last_seen = $4, notified = $5, material = $6, updated_at = $7, provenance = $8
        WHERE watcher_key = $1 AND target_agent_id = $2 AND target_key = $3`,
-      [cursor.watcherKey, cursor.targetAgentId, cursor.targetKey, cursor.lastSeen, cursor.notified, cursor.material, cursor.updatedAt],
+      [cursor.watcherKey, cursor.targetAgentId, cursor.targetKey, cursor.lastSeen, cursor.notified, cursor.material, cursor.updatedAt, cursor.provenance],
     );
   }
 

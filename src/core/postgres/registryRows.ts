@@ -1,7 +1,7 @@
 /** PostgreSQL rows of the session registry. */
 import type { SessionId } from "../keys.js";
 import type { SessionFilter, SessionRecord } from "../model.js";
-import { fieldsFromRow, routeToColumn, sessionFromRow, type SessionRow } from "../rowMapping.js";
+import { fieldsFromRow, routeToColumn, sessionFromRow, spawnToColumn, type SessionRow } from "../rowMapping.js";
 import type { RegistryRows, SessionFields } from "../storage.js";
 import type { TranscriptRef } from "../transcript/model.js";
 import type { PgConnection } from "./connection.js";
@@ -19,13 +19,14 @@ const SESSION_SELECT = `
 
 const COLUMNS = `agent_id, session_key, session_id, kind, channel, label, parent_agent_id, parent_key, model,
   context_tokens, total_tokens, run_status, last_run_aborted, archived, pinned, origin, delivery_context,
-  sidebar_icon, thinking_level, created_at, updated_at`;
+  sidebar_icon, thinking_level, created_at, updated_at, spawn, sandboxed`;
 
 function values(f: SessionFields): unknown[] {
   return [
     f.agentId, f.sessionKey, f.sessionId, f.kind, f.channel, f.label, f.parentAgentId, f.parentKey, f.model,
     f.contextTokens, f.totalTokens, f.runStatus, f.lastRunAborted, f.archived, f.pinned,
     routeToColumn(f.origin), routeToColumn(f.deliveryContext), f.sidebarIcon, f.thinkingLevel, f.createdAt, f.updatedAt,
+    spawnToColumn(f.spawn), f.sandboxed,
   ];
 }
 
@@ -63,7 +64,7 @@ export class PgRegistryRows implements RegistryRows {
   async insertSession(fields: SessionFields): Promise<void> {
     await this.c.rows(
       "registry.insert",
-      `INSERT INTO sessions (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`,
+      `INSERT INTO sessions (${COLUMNS}) VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21, $22, $23)`,
       values(fields),
     );
   }
@@ -74,7 +75,7 @@ export class PgRegistryRows implements RegistryRows {
       `UPDATE sessions SET session_id = $3, kind = $4, channel = $5, label = $6, parent_agent_id = $7, parent_key = $8,
          model = $9, context_tokens = $10, total_tokens = $11, run_status = $12, last_run_aborted = $13, archived = $14,
          pinned = $15, origin = $16, delivery_context = $17, sidebar_icon = $18, thinking_level = $19, created_at = $20,
-         updated_at = $21
+         updated_at = $21, spawn = $22, sandboxed = $23
        WHERE agent_id = $1 AND session_key = $2`,
       values(fields),
     );

@@ -183,6 +183,16 @@ const MIGRATIONS: string[] = [
   );
   CREATE INDEX upstream_assignments_by_node ON upstream_assignments (node_id, sent_at);
   `,
+  // Session tools completeness (SPEC §4), as in the SQLite schema: spawn options and the
+  // sandbox flag of a session, a message's token usage, and the adopted session's id an
+  // upstream link was last checked against.
+  `
+  ALTER TABLE sessions ADD COLUMN spawn text;
+  ALTER TABLE sessions ADD COLUMN sandboxed boolean NOT NULL DEFAULT false;
+  ALTER TABLE transcript_messages ADD COLUMN usage text;
+  CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
+  ALTER TABLE upstream_links ADD COLUMN session_id text COLLATE "C" NOT NULL DEFAULT '';
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -28,13 +28,18 @@ export function scopeCondition(scope: VisibilityScope, alias: string, params: Pa
     case "tree": {
       const agent = params.add(scope.root.agentId);
       const key = params.add(scope.root.sessionKey);
-      return `(${alias}.agent_id, ${alias}.session_key) IN (
+      const tree = `(${alias}.agent_id, ${alias}.session_key) IN (
         WITH RECURSIVE scope_tree (agent_id, session_key) AS (
           SELECT ${agent}::text COLLATE "C", ${key}::text COLLATE "C"
           UNION
           SELECT c.agent_id, c.session_key FROM sessions c
           JOIN scope_tree p ON c.parent_agent_id = p.agent_id AND c.parent_key = p.session_key
         ) SELECT agent_id, session_key FROM scope_tree)`;
+      if (!scope.watchedGroups) return tree;
+      // A GROUP session of the root's agent that the root watches as an ambient group (visibility.ts).
+      return `(${tree} OR (${alias}.agent_id = ${agent}::text AND ${alias}.kind = 'group' AND EXISTS (
+        SELECT 1 FROM session_watch_cursors w WHERE w.watcher_key = ${key}::text
+          AND w.target_agent_id = ${alias}.agent_id AND w.target_key = ${alias}.session_key AND w.provenance = 'ambient_group')))`;
     }
   }
 }

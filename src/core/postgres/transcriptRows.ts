@@ -6,9 +6,9 @@
  * in how words are split.
  */
 import type { SessionId } from "../keys.js";
-import { MESSAGE_COLUMNS, messageFromRow, type MessageRow } from "../rowMapping.js";
+import { MESSAGE_COLUMNS, messageFromRow, usageFromColumn, type MessageRow } from "../rowMapping.js";
 import type { TranscriptRow, TranscriptRows } from "../storage.js";
-import type { MessageDraft, MessageRole, StoredMessage } from "../transcript/model.js";
+import type { MessageDraft, MessageRole, MessageUsage, ProvenanceKind, StoredMessage } from "../transcript/model.js";
 import type { SearchHitRecord, SearchQuery } from "../transcript/queries.js";
 import type { PgConnection } from "./connection.js";
 import { Params, scopeCondition } from "./scopeSql.js";
@@ -67,8 +67,8 @@ export class PgTranscriptRows implements TranscriptRows {
     await this.c.rows(
       "messages.insert",
       `INSERT INTO transcript_messages
-        (transcript_id, sequence, message_id, role, tools_only, created_at, appended_at, provenance, content, search_text)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
+        (transcript_id, sequence, message_id, role, tools_only, created_at, appended_at, provenance, content, search_text, usage)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)`,
       [
         transcriptId,
         sequence,
@@ -80,6 +80,7 @@ export class PgTranscriptRows implements TranscriptRows {
         draft.provenance === undefined ? null : JSON.stringify(draft.provenance),
         JSON.stringify(draft.content),
         draft.searchText === undefined ? null : draft.searchText.replace(NUL, " "),
+        draft.usage === undefined ? null : JSON.stringify(draft.usage),
       ],
     );
   }
@@ -134,16 +135,27 @@ export class PgTranscriptRows implements TranscriptRows {
     return rows.map(messageFromRow);
   }
 
-  async recentUserMessages(session: SessionId, limit: number): Promise<StoredMessage[]> {
+  async recentUserMessages(session: SessionId, limit: number, excludeProvenance?: ProvenanceKind): Promise<StoredMessage[]> {
     const rows = await this.c.rows<MessageRow>(
       "messages.recentUser",
       `SELECT m.sequence, m.message_id, m.role, m.created_at, m.provenance, m.content FROM sessions s
        JOIN transcripts t ON t.agent_id = s.agent_id AND t.session_key = s.session_key AND t.session_id = s.session_id
        JOIN transcript_messages m ON m.transcript_id = t.id AND m.role = 'user'
-       WHERE s.agent_id = $1 AND s.session_key = $2 ORDER BY m.sequence DESC LIMIT $3`,
-      [session.agentId, session.sessionKey, limit],
+       WHERE s.agent_id = $1 AND s.session_key = $2
+         AND ($4::text IS NULL OR m.provenance IS NULL OR (m.provenance::jsonb ->> 'kind') IS DISTINCT FROM $4::text)
+       ORDER BY m.sequence DESC LIMIT $3`,
+      [session.agentId, session.sessionKey, limit, excludeProvenance ?? null],
     );
     return rows.map(messageFromRow);
+  }
+
+  async newestUsage(transcriptId: number): Promise<{ sequence: number; usage: MessageUsage } | undefined> {
+    const row = await this.c.one<{ sequence: number; usage: string }>(
+      "messages.newestUsage",
+      `SELECT sequence, usage FROM transcript_messages WHERE transcript_id = $1 AND usage IS NOT NULL ORDER BY sequence DESC LIMIT 1`,
+      [transcriptId],
+    );
+    return row && { sequence: row.sequence, usage: usageFromColumn(row.usage) };
   }
 
   async deleteTranscriptsOf(session: SessionId): Promise<void> {

@@ -30,8 +30,8 @@ export class PgUpstreamRows implements UpstreamRows {
       "upstream.insert",
       `INSERT INTO upstream_links
         (link_id, agent_id, session_key, catalog, node_id, thread_id, kind, ref, actor_id, marker, marker_version,
-         consecutive_misses, last_status, last_checked_at, last_error, created_at, refreshed_at)
-       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
+         consecutive_misses, last_status, last_checked_at, last_error, created_at, refreshed_at, session_id)
+       VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18)`,
       [
         link.linkId,
         link.session.agentId,
@@ -50,6 +50,7 @@ export class PgUpstreamRows implements UpstreamRows {
         link.lastError,
         link.createdAt,
         link.refreshedAt,
+        link.sessionId,
       ],
     );
   }
@@ -58,7 +59,8 @@ export class PgUpstreamRows implements UpstreamRows {
     await this.c.rows(
       "upstream.update",
       `UPDATE upstream_links SET node_id = $2, kind = $3, ref = $4, actor_id = $5, marker = $6, marker_version = $7,
-         consecutive_misses = $8, last_status = $9, last_checked_at = $10, last_error = $11, refreshed_at = $12
+         consecutive_misses = $8, last_status = $9, last_checked_at = $10, last_error = $11, refreshed_at = $12,
+         session_id = $13
        WHERE link_id = $1`,
       [
         linkId,
@@ -73,6 +75,7 @@ export class PgUpstreamRows implements UpstreamRows {
         change.lastCheckedAt ?? null,
         change.lastError,
         change.refreshedAt,
+        change.sessionId,
       ],
     );
   }

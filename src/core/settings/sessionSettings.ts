@@ -35,6 +35,8 @@ export interface PatchOutcome {
   session: SessionRecord;
   /** The pending agent selection after the patch, if any. */
   selection?: ModelSelection;
+  /** The patch changed the session's model. */
+  modelChanged: boolean;
 }
 
 export interface RunReport {
@@ -80,7 +82,8 @@ export class SessionSettings {
         thinkingLevel: (patch.thinkingLevel === undefined ? current.thinkingLevel : patch.thinkingLevel) ?? "",
         updatedAt: ctx.now,
       });
-      return { session: (await ctx.tx.registry.session(session))!, selection };
+      const modelChanged = patch.model !== undefined && patch.model !== current.model;
+      return { session: (await ctx.tx.registry.session(session))!, selection, modelChanged };
     }, { lock: [session] });
   }
 

@@ -20,7 +20,8 @@ export class SqliteCursorRows implements CursorRows {
         (watcher_key, watcher_agent_id, target_agent_id, target_key, last_seen, notified, material, provenance, created_at, updated_at)
         VALUES (@watcherKey, @watcherAgentId, @targetAgentId, @targetKey, @lastSeen, @notified, @material, @provenance, @updatedAt, @updatedAt)
         ON CONFLICT DO NOTHING`),
-      save: p(`UPDATE session_watch_cursors SET last_seen = @lastSeen, notified = @notified, material = @material, updated_at = @updatedAt
+      save: p(`UPDATE session_watch_cursors SET last_seen = @lastSeen, notified = @notified, material = @material, updated_at = @updatedAt,
+        provenance = @provenance
         WHERE watcher_key = @watcherKey AND target_agent_id = @targetAgentId AND target_key = @targetKey`),
       delete: p(`DELETE FROM session_watch_cursors WHERE watcher_key = ? AND target_agent_id = ? AND target_key = ?`),
       deleteOfWatcher: p(`DELETE FROM session_watch_cursors WHERE watcher_key = ?`),

@@ -13,10 +13,10 @@ const SESSION_SELECT = `
 
 const SESSION_COLUMNS = `agent_id, session_key, session_id, kind, channel, label, parent_agent_id, parent_key, model,
   context_tokens, total_tokens, run_status, last_run_aborted, archived, pinned, origin, delivery_context,
-  sidebar_icon, thinking_level, created_at, updated_at`;
+  sidebar_icon, thinking_level, spawn, sandboxed, created_at, updated_at`;
 const SESSION_VALUES = `@agentId, @sessionKey, @sessionId, @kind, @channel, @label, @parentAgentId, @parentKey, @model,
   @contextTokens, @totalTokens, @runStatus, @lastRunAborted, @archived, @pinned, @origin, @deliveryContext,
-  @sidebarIcon, @thinkingLevel, @createdAt, @updatedAt`;
+  @sidebarIcon, @thinkingLevel, @spawn, @sandboxed, @createdAt, @updatedAt`;
 
 export class SqliteRegistryRows implements RegistryRows {
   private readonly stmt;
@@ -33,7 +33,7 @@ export class SqliteRegistryRows implements RegistryRows {
         parent_agent_id = @parentAgentId, parent_key = @parentKey, model = @model, context_tokens = @contextTokens,
         total_tokens = @totalTokens, run_status = @runStatus, last_run_aborted = @lastRunAborted, archived = @archived,
         pinned = @pinned, origin = @origin, delivery_context = @deliveryContext, sidebar_icon = @sidebarIcon,
-        thinking_level = @thinkingLevel, created_at = @createdAt, updated_at = @updatedAt
+        thinking_level = @thinkingLevel, spawn = @spawn, sandboxed = @sandboxed, created_at = @createdAt, updated_at = @updatedAt
         WHERE agent_id = @agentId AND session_key = @sessionKey`),
       touch: p(`UPDATE sessions SET updated_at = max(updated_at, ?) WHERE agent_id = ? AND session_key = ?`),
       delete: p(`DELETE FROM sessions WHERE agent_id = ? AND session_key = ?`),

@@ -256,6 +256,17 @@ const MIGRATIONS: string[] = [
     DELETE FROM upstream_assignments WHERE link_id = old.link_id;
   END;
   `,
+  // Session tools completeness (SPEC §4): how a session was spawned (JSON, NULL = never) and
+  // whether it runs sandboxed; a message's token usage (JSON, NULL = none) for session_status,
+  // with an index that finds the newest one; the adopted session's id an upstream link was
+  // last checked against (SPEC §5: replacing the session resets a missing streak).
+  `
+  ALTER TABLE sessions ADD COLUMN spawn TEXT;
+  ALTER TABLE sessions ADD COLUMN sandboxed INTEGER NOT NULL DEFAULT 0;
+  ALTER TABLE transcript_messages ADD COLUMN usage TEXT;
+  CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
+  ALTER TABLE upstream_links ADD COLUMN session_id TEXT NOT NULL DEFAULT '';
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

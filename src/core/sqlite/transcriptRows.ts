@@ -4,13 +4,13 @@
  */
 import type Database from "better-sqlite3";
 import type { SessionId } from "../keys.js";
-import { MESSAGE_COLUMNS, messageFromRow, messageParams, type MessageRow } from "../rowMapping.js";
+import { MESSAGE_COLUMNS, messageFromRow, messageParams, usageFromColumn, type MessageRow } from "../rowMapping.js";
 import type { TranscriptRow, TranscriptRows } from "../storage.js";
-import type { MessageDraft, MessageRole, StoredMessage } from "../transcript/model.js";
+import type { MessageDraft, MessageRole, MessageUsage, ProvenanceKind, StoredMessage } from "../transcript/model.js";
 import type { SearchHitRecord, SearchQuery } from "../transcript/queries.js";
 import type { VisibilityScope } from "../transcript/visibility.js";
 import { LimitedStatement } from "./limited.js";
-import { scopeCondition } from "./scopeSql.js";
+import { scopeCondition, scopeShape } from "./scopeSql.js";
 
 /** FTS5 snippet length in tokens; search.ts bounds the characters. */
 const SNIPPET_TOKENS = 24;
@@ -57,8 +57,8 @@ export class SqliteTranscriptRows implements TranscriptRows {
       setLastSequence: p(`UPDATE transcripts SET last_sequence = ? WHERE id = ?`),
       messageById: p(`SELECT sequence FROM transcript_messages WHERE transcript_id = ? AND message_id = ?`),
       insertMessage: p(`INSERT INTO transcript_messages
-        (transcript_id, sequence, message_id, role, tools_only, created_at, appended_at, provenance, content, search_text)
-        VALUES (@transcriptId, @sequence, @messageId, @role, @toolsOnly, @createdAt, @appendedAt, @provenance, @content, @searchText)`),
+        (transcript_id, sequence, message_id, role, tools_only, created_at, appended_at, provenance, content, search_text, usage)
+        VALUES (@transcriptId, @sequence, @messageId, @role, @toolsOnly, @createdAt, @appendedAt, @provenance, @content, @searchText, @usage)`),
       // History windows: the partial index serves the tool-free view, the unique one the full view.
       countAll: p(`SELECT count(*) AS n FROM transcript_messages WHERE transcript_id = ? AND sequence <= ?`),
       countWithoutTools: p(`SELECT count(*) AS n FROM transcript_messages WHERE transcript_id = ? AND tools_only = 0 AND sequence <= ?`),
@@ -73,6 +73,14 @@ export class SqliteTranscriptRows implements TranscriptRows {
         JOIN transcripts t ON t.agent_id = s.agent_id AND t.session_key = s.session_key AND t.session_id = s.session_id
         JOIN transcript_messages m ON m.transcript_id = t.id AND m.role = 'user'
         WHERE s.agent_id = ? AND s.session_key = ? ORDER BY m.sequence DESC LIMIT ?`),
+      recentUserMessagesExcept: new LimitedStatement(db, `SELECT m.sequence, m.message_id, m.role, m.created_at, m.provenance, m.content FROM sessions s
+        JOIN transcripts t ON t.agent_id = s.agent_id AND t.session_key = s.session_key AND t.session_id = s.session_id
+        JOIN transcript_messages m ON m.transcript_id = t.id AND m.role = 'user'
+        WHERE s.agent_id = ? AND s.session_key = ?
+          AND (m.provenance IS NULL OR json_extract(m.provenance, '$.kind') IS NOT ?)
+        ORDER BY m.sequence DESC LIMIT ?`),
+      newestUsage: p(`SELECT sequence, usage FROM transcript_messages WHERE transcript_id = ? AND usage IS NOT NULL
+        ORDER BY sequence DESC LIMIT 1`),
       deleteMessagesOf: p(`DELETE FROM transcript_messages WHERE transcript_id IN
         (SELECT id FROM transcripts WHERE agent_id = ? AND session_key = ?)`),
       deleteTranscriptsOf: p(`DELETE FROM transcripts WHERE agent_id = ? AND session_key = ?`),
@@ -118,8 +126,17 @@ export class SqliteTranscriptRows implements TranscriptRows {
     return (this.stmt.lastMessages.all([transcriptId], limit) as MessageRow[]).map(messageFromRow);
   }
 
-  recentUserMessages(session: SessionId, limit: number): StoredMessage[] {
-    return (this.stmt.recentUserMessages.all([session.agentId, session.sessionKey], limit) as MessageRow[]).map(messageFromRow);
+  recentUserMessages(session: SessionId, limit: number, excludeProvenance?: ProvenanceKind): StoredMessage[] {
+    const rows =
+      excludeProvenance === undefined
+        ? this.stmt.recentUserMessages.all([session.agentId, session.sessionKey], limit)
+        : this.stmt.recentUserMessagesExcept.all([session.agentId, session.sessionKey, excludeProvenance], limit);
+    return (rows as MessageRow[]).map(messageFromRow);
+  }
+
+  newestUsage(transcriptId: number): { sequence: number; usage: MessageUsage } | undefined {
+    const row = this.stmt.newestUsage.get(transcriptId) as { sequence: number; usage: string } | undefined;
+    return row && { sequence: row.sequence, usage: usageFromColumn(row.usage) };
   }
 
   deleteTranscriptsOf(session: SessionId): void {
@@ -165,7 +182,7 @@ export class SqliteTranscriptRows implements TranscriptRows {
    *   transcripts: the join is the rule, the names only make it fast.
    */
   private statementFor(kind: "scope" | "search", scope: VisibilityScope, onlyOneSession: boolean): Database.Statement {
-    const name = `${kind}:${scope.mode}:${onlyOneSession}`;
+    const name = `${kind}:${scopeShape(scope)}:${onlyOneSession}`;
     let statement = this.searchStatements.get(name);
     if (!statement) {
       const where: string[] = [];

@@ -17,12 +17,12 @@ export class SqliteUpstreamRows implements UpstreamRows {
       byThread: p(`SELECT * FROM upstream_links WHERE agent_id = ? AND session_key = ? AND catalog = ? AND thread_id = ?`),
       insert: p(`INSERT INTO upstream_links
         (link_id, agent_id, session_key, catalog, node_id, thread_id, kind, ref, actor_id, marker, marker_version,
-         consecutive_misses, last_status, last_checked_at, last_error, created_at, refreshed_at)
+         consecutive_misses, last_status, last_checked_at, last_error, created_at, refreshed_at, session_id)
         VALUES (@linkId, @agentId, @sessionKey, @catalog, @nodeId, @threadId, @kind, @ref, @actorId, @marker, @markerVersion,
-         @consecutiveMisses, @lastStatus, @lastCheckedAt, @lastError, @createdAt, @refreshedAt)`),
+         @consecutiveMisses, @lastStatus, @lastCheckedAt, @lastError, @createdAt, @refreshedAt, @sessionId)`),
       update: p(`UPDATE upstream_links SET node_id = @nodeId, kind = @kind, ref = @ref, actor_id = @actorId, marker = @marker,
         marker_version = @markerVersion, consecutive_misses = @consecutiveMisses, last_status = @lastStatus,
-        last_checked_at = @lastCheckedAt, last_error = @lastError, refreshed_at = @refreshedAt
+        last_checked_at = @lastCheckedAt, last_error = @lastError, refreshed_at = @refreshedAt, session_id = @sessionId
         WHERE link_id = @linkId`),
       delete: p(`DELETE FROM upstream_links WHERE link_id = ?`),
       deleteOf: p(`DELETE FROM upstream_links WHERE agent_id = ? AND session_key = ?`),
@@ -68,6 +68,7 @@ export class SqliteUpstreamRows implements UpstreamRows {
       lastError: link.lastError,
       createdAt: link.createdAt,
       refreshedAt: link.refreshedAt,
+      sessionId: link.sessionId,
     });
   }
 

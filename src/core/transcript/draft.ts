@@ -11,7 +11,7 @@ import { invalidArgument } from "../errors.js";
 import { checkSessionKey, flatSessionFields, resolveSession } from "../keys.js";
 import type { Redactor } from "./redact.js";
 import { sanitizeAssistantText, sanitizeUserText } from "./sanitize.js";
-import type { ContentBlock, MessageDraft, MessageInput, MessageRole, Provenance } from "./model.js";
+import type { ContentBlock, MessageDraft, MessageInput, MessageRole, MessageUsage, Provenance } from "./model.js";
 
 export const MAX_MESSAGE_ID_BYTES = 256;
 export const MAX_BLOCKS_PER_MESSAGE = 256;
@@ -23,6 +23,8 @@ export interface MessageRequest {
   content: ContentBlock[];
   createdAt?: number;
   provenance?: { kind: Provenance["kind"]; sourceSessionKey: string; sourceAgentId: string };
+  /** Counts as given; 0 total / context = derived from the others. */
+  usage?: MessageUsage;
 }
 
 /** Validates one message; `field` names it in errors (e.g. `messages[3]`). */
@@ -33,7 +35,25 @@ export function checkMessage(field: string, m: MessageRequest, now: number): Mes
   m.content.forEach((block, i) => checkBlock(`${field}.content[${i}]`, block));
   const createdAt = m.createdAt ?? now;
   checkRange(`${field}.created_at`, createdAt, 0, 253402300799999); // up to year 9999
-  return { messageId: m.messageId, role: m.role, content: m.content, createdAt, provenance: provenanceOf(field, m.provenance) };
+  const input: MessageInput = { messageId: m.messageId, role: m.role, content: m.content, createdAt, provenance: provenanceOf(field, m.provenance) };
+  if (m.usage !== undefined) input.usage = usageOf(`${field}.usage`, m.usage);
+  return input;
+}
+
+/** A usage entry with its total and context resolved (0 = derived from the counts, session_status backfill). */
+function usageOf(field: string, u: MessageUsage): MessageUsage {
+  const count = (name: string, value: number) => checkRange(`${field}.${name}`, value, 0, Number.MAX_SAFE_INTEGER);
+  const input = count("input_tokens", u.inputTokens);
+  const output = count("output_tokens", u.outputTokens);
+  const cacheRead = count("cache_read_tokens", u.cacheReadTokens);
+  const cacheWrite = count("cache_write_tokens", u.cacheWriteTokens);
+  const prompt = input + cacheRead + cacheWrite;
+  const total = count("total_tokens", u.totalTokens) || prompt + output;
+  const context = count("context_tokens", u.contextTokens) || prompt;
+  if (!Number.isSafeInteger(total) || !Number.isSafeInteger(context)) {
+    throw invalidArgument(field, `the counts add up to more than ${Number.MAX_SAFE_INTEGER}`);
+  }
+  return { inputTokens: input, outputTokens: output, cacheReadTokens: cacheRead, cacheWriteTokens: cacheWrite, totalTokens: total, contextTokens: context };
 }
 
 function checkBlock(field: string, block: ContentBlock): void {

@@ -23,6 +23,18 @@ export type ContentBlock =
   | { type: "tool_result"; toolCallId: string; name: string; text: string; isError: boolean }
   | { type: "thinking"; text: string };
 
+/** Token counts of the model call that produced a message (session_status backfill). */
+export interface MessageUsage {
+  inputTokens: number;
+  outputTokens: number;
+  cacheReadTokens: number;
+  cacheWriteTokens: number;
+  /** Resolved at append: the given total, or the sum of the four counts. */
+  totalTokens: number;
+  /** Resolved at append: the given size, or input + cache read + cache write. */
+  contextTokens: number;
+}
+
 /** A message a Gateway appends, validated. */
 export interface MessageInput {
   messageId: string;
@@ -31,6 +43,7 @@ export interface MessageInput {
   /** ms since the epoch. */
   createdAt: number;
   provenance?: Provenance;
+  usage?: MessageUsage;
 }
 
 /**

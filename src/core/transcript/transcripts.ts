@@ -13,7 +13,7 @@ import type { SessionRecord } from "../model.js";
 import type { Tx } from "../storage.js";
 import type { WatchableStore, WriteContext } from "../watchableStore.js";
 import { normaliseWhitespace, plainText } from "./draft.js";
-import type { AppendReport, MessageDraft, TranscriptRef } from "./model.js";
+import type { AppendReport, MessageDraft, ProvenanceKind, TranscriptRef } from "./model.js";
 import {
   RECENT_USER_MESSAGES,
   type HistoryQuery,
@@ -62,13 +62,27 @@ export async function appendMessagesIn(ctx: WriteContext, session: SessionId, se
     await ctx.tx.transcripts.insertMessage(transcript.id, last, draft, ctx.now);
     results.push({ messageId: draft.messageId, sequence: last, duplicate: false });
   }
-  if (last !== transcript.lastSequence) await ctx.tx.transcripts.setLastSequence(transcript.id, last);
+  if (last !== transcript.lastSequence) {
+    await ctx.tx.transcripts.setLastSequence(transcript.id, last);
+    // New messages are activity: sessions_list's activeMinutes must find the session (SPEC §4).
+    await ctx.tx.registry.touchSession(session, ctx.now);
+  }
   return { sessionId: transcript.sessionId, results, lastSequence: last };
 }
 
-/** The session's own recent user messages as plain, whitespace-normalised text (the self-echo set, SPEC §5). */
+/**
+ * Messages whose provenance is this kind were not sent by the service side: they came in by
+ * importing a catalog's history (a person typed them upstream), so they are never our echo.
+ */
+export const NOT_OUR_OWN: ProvenanceKind = "human";
+
+/**
+ * The service's own recent user messages in the session as plain, whitespace-normalised text:
+ * the self-echo set of SPEC §5. Imported human turns are left out, so a person typing the same
+ * prompt upstream again is still reported.
+ */
 export async function recentUserMessagesIn(tx: Tx, session: SessionId): Promise<string[]> {
-  const messages = await tx.transcripts.recentUserMessages(session, RECENT_USER_MESSAGES);
+  const messages = await tx.transcripts.recentUserMessages(session, RECENT_USER_MESSAGES, NOT_OUR_OWN);
   return messages.map((m) => normaliseWhitespace(plainText(m.content)));
 }
 

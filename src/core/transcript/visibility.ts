@@ -10,6 +10,12 @@
  * - all:   every session.
  * A sandboxed requester is clamped to at most `tree`. No requester at all is the trusted
  * operator view: everything is visible and nothing is reported as restricted.
+ *
+ * Watched groups (dmScope "main"): under `tree`, a requester that is not sandboxed may also
+ * READ (list, history, search, status) a GROUP session of its own agent on which it holds an
+ * ambient-group watch cursor — the group routes into the agent's main session, which already
+ * shares its conversation. Writes (patch, a status that sets the model) and other agents'
+ * sessions stay out; a sandboxed requester keeps strictly its own tree.
  */
 import { DomainError } from "../errors.js";
 import type { SessionId } from "../keys.js";
@@ -32,11 +38,15 @@ export type Viewer =
   | { kind: "operator" }
   | { kind: "requester"; session: SessionId; requested: VisibilityMode; mode: VisibilityMode; sandboxed: boolean };
 
+/** Whether a call only reads the target, or changes it (patch). */
+export type Access = "read" | "write";
+
 /** The set of visible sessions, in a form a store can turn into a query. */
 export type VisibilityScope =
   | { mode: "all" }
   | { mode: "agent"; agentId: string }
-  | { mode: "tree"; root: SessionId }
+  /** watchedGroups: also the root's agent's GROUP sessions the root watches as an ambient group. */
+  | { mode: "tree"; root: SessionId; watchedGroups: boolean }
   | { mode: "self"; root: SessionId };
 
 const RANK: Record<VisibilityMode, number> = { self: 0, tree: 1, agent: 2, all: 3 };
@@ -58,7 +68,7 @@ export function viewerOf(requester: RequesterInput | undefined): Viewer {
   };
 }
 
-export function scopeOf(viewer: Viewer): VisibilityScope {
+export function scopeOf(viewer: Viewer, access: Access): VisibilityScope {
   if (viewer.kind === "operator") return { mode: "all" };
   switch (viewer.mode) {
     case "all":
@@ -66,7 +76,7 @@ export function scopeOf(viewer: Viewer): VisibilityScope {
     case "agent":
       return { mode: "agent", agentId: viewer.session.agentId };
     case "tree":
-      return { mode: "tree", root: viewer.session };
+      return { mode: "tree", root: viewer.session, watchedGroups: watchesGroups(viewer, access) };
     case "self":
       return { mode: "self", root: viewer.session };
   }
@@ -81,11 +91,17 @@ export function sameSession(a: SessionId, b: SessionId): boolean {
   return a.agentId === b.agentId && a.sessionKey === b.sessionKey;
 }
 
+/** Under tree, reads of watched groups are granted to requesters that are not sandboxed. */
+function watchesGroups(viewer: Viewer & { kind: "requester" }, access: Access): boolean {
+  return access === "read" && !viewer.sandboxed;
+}
+
 /**
- * Whether `target` is in scope. `ancestors` is the target's parent chain (parent first), which
- * only the tree mode needs.
+ * Whether `target` is in scope. `ancestors` is the target's parent chain (parent first), and
+ * `watchedGroup` whether the target is a GROUP session of the root's agent that the root
+ * watches as an ambient group; only the tree mode needs them.
  */
-export function canSee(scope: VisibilityScope, target: SessionId, ancestors: readonly SessionId[]): boolean {
+export function canSee(scope: VisibilityScope, target: SessionId, ancestors: readonly SessionId[], watchedGroup = false): boolean {
   switch (scope.mode) {
     case "all":
       return true;
@@ -94,19 +110,25 @@ export function canSee(scope: VisibilityScope, target: SessionId, ancestors: rea
     case "self":
       return sameSession(target, scope.root);
     case "tree":
-      return sameSession(target, scope.root) || ancestors.some((a) => sameSession(a, scope.root));
+      return (
+        sameSession(target, scope.root) ||
+        ancestors.some((a) => sameSession(a, scope.root)) ||
+        (scope.watchedGroups && watchedGroup && target.agentId === scope.root.agentId)
+      );
   }
 }
 
 /** What a restricted mode means, in words, for warnings and denials. */
-export function describeScope(viewer: Viewer): string {
+export function describeScope(viewer: Viewer, access: Access = "read"): string {
   if (viewer.kind === "operator") return "every session (operator view)";
   const key = viewer.session.sessionKey;
   switch (viewer.mode) {
     case "self":
-      return `only "${key}" itself`;
+      return `"${key}" itself`;
     case "tree":
-      return `"${key}" and the sessions it spawned`;
+      return watchesGroups(viewer, access)
+        ? `"${key}", the sessions it spawned and the group sessions of agent "${viewer.session.agentId}" it watches as an ambient group`
+        : `"${key}" and the sessions it spawned`;
     case "agent":
       return `the sessions of agent "${viewer.session.agentId}"`;
     case "all":
@@ -123,16 +145,16 @@ function modeWords(viewer: Viewer & { kind: "requester" }): string {
 /** The warning a list or search carries when visibility is restricted; "" when it is not. */
 export function visibilityWarning(viewer: Viewer): string {
   if (viewer.kind === "operator" || viewer.mode === "all") return "";
-  return `Results are limited by ${modeWords(viewer)}: only ${describeScope(viewer)} are included.`;
+  return `Results are limited by ${modeWords(viewer)}: they include only ${describeScope(viewer)}.`;
 }
 
 /** PERMISSION_DENIED for direct access to a session outside the requester's scope. */
-export function notVisible(viewer: Viewer, target: SessionId): DomainError {
+export function notVisible(viewer: Viewer, target: SessionId, access: Access = "read"): DomainError {
   if (viewer.kind === "operator") throw new Error("the operator view sees every session");
   return new DomainError(
     "permission_denied",
     `session "${target.sessionKey}" (agent ${target.agentId}) is not visible to "${viewer.session.sessionKey}" ` +
-      `under ${modeWords(viewer)}, which allows ${describeScope(viewer)}`,
+      `${access === "write" ? "for a change " : ""}under ${modeWords(viewer)}, which allows ${describeScope(viewer, access)}`,
   );
 }
 

@@ -9,6 +9,7 @@ import type { AppendOutcome, EventDraft } from "../model.js";
 import { appendEvent } from "../signalLog.js";
 import type { WriteContext } from "../watchableStore.js";
 import type { CheckStatus, LinkInput, UpstreamLink } from "./model.js";
+import { sessionReplaced } from "./rules.js";
 
 /** A link some watcher watches, as the monitor sees it at the start of a tick. */
 export interface WatchedLink {
@@ -33,7 +34,15 @@ export interface CheckCommit {
 
 export type CommitResult =
   | { result: "unlinked" | "stale" | "deferred" }
-  | { result: "committed"; link: UpstreamLink | undefined; outcomes: AppendOutcome[] };
+  | {
+      result: "committed";
+      link: UpstreamLink | undefined;
+      outcomes: AppendOutcome[];
+      /** The link was removed (third consecutive missing check). */
+      removed: boolean;
+      /** The adopted session had a new session id: the missing streak started over. */
+      replaced: boolean;
+    };
 
 const EMPTY = new Uint8Array(0);
 
@@ -49,6 +58,7 @@ function newLinkId(): string {
  */
 export async function linkUpstream(ctx: WriteContext, input: LinkInput, adopted: EventDraft): Promise<{ link: UpstreamLink; created: boolean; adoptedSequence: number }> {
   const existing = await ctx.tx.upstream.linkOfThread(input.session, input.catalog, input.threadId);
+  const sessionId = (await ctx.tx.registry.sessionFields(input.session))?.sessionId ?? "";
   if (existing) {
     const sameSource = existing.nodeId === input.nodeId && existing.kind === input.kind && existing.ref === input.ref;
     await ctx.tx.upstream.updateLink(existing.linkId, {
@@ -63,6 +73,7 @@ export async function linkUpstream(ctx: WriteContext, input: LinkInput, adopted:
       lastCheckedAt: existing.lastCheckedAt,
       lastError: "",
       refreshedAt: ctx.now,
+      sessionId,
     });
     return { link: (await ctx.tx.upstream.link(existing.linkId))!, created: false, adoptedSequence: 0 };
   }
@@ -81,6 +92,7 @@ export async function linkUpstream(ctx: WriteContext, input: LinkInput, adopted:
     actorId: input.actorId,
     createdAt: ctx.now,
     refreshedAt: ctx.now,
+    sessionId,
   };
   await ctx.tx.upstream.insertLink(link);
   const outcome = await appendEvent(ctx, adopted);
@@ -98,13 +110,15 @@ export async function commitCheck(ctx: WriteContext, commit: CheckCommit): Promi
   if (link.markerVersion !== commit.markerVersion) return { result: "stale" };
   const session = await ctx.tx.registry.sessionFields(link.session);
   if (session?.runStatus === "running") return { result: "deferred" };
+  const replaced = sessionReplaced(link.sessionId, session?.sessionId);
+  if (replaced) commit = restartStreak(commit, link);
 
   // The event first: the marker below is committed only together with it.
   const outcomes: AppendOutcome[] = [];
   for (const draft of commit.events) outcomes.push(await appendEvent(ctx, draft));
   if (commit.removeLink) {
     await ctx.tx.upstream.deleteLink(commit.linkId);
-    return { result: "committed", link: undefined, outcomes };
+    return { result: "committed", link: undefined, outcomes, removed: true, replaced };
   }
   await ctx.tx.upstream.updateLink(commit.linkId, {
     nodeId: link.nodeId,
@@ -118,6 +132,19 @@ export async function commitCheck(ctx: WriteContext, commit: CheckCommit): Promi
     lastCheckedAt: ctx.now,
     lastError: commit.lastError,
     refreshedAt: link.refreshedAt,
+    // The id this check ran against, so the next one can tell a replacement.
+    sessionId: session?.sessionId ?? link.sessionId,
   });
-  return { result: "committed", link: await ctx.tx.upstream.link(commit.linkId), outcomes };
+  return { result: "committed", link: await ctx.tx.upstream.link(commit.linkId), outcomes, removed: false, replaced };
+}
+
+/** A check of a replaced session: its missing streak starts over, no upstream_missing, the link stays. */
+function restartStreak(commit: CheckCommit, link: UpstreamLink): CheckCommit {
+  return {
+    ...commit,
+    consecutiveMisses: 0,
+    events: commit.events.filter((e) => e.kind !== "upstream_missing"),
+    removeLink: false,
+    bumpsVersion: commit.bumpsVersion || link.consecutiveMisses !== 0,
+  };
 }

@@ -35,6 +35,11 @@ export interface UpstreamLink {
   actorId: string;
   createdAt: number;
   refreshedAt: number;
+  /**
+   * The adopted session's id when the link was created or last checked ("" = not known). A
+   * check that finds another id knows the session was replaced meanwhile (SPEC §5).
+   */
+  sessionId: string;
 }
 
 /** A validated LinkUpstream request. */

@@ -240,7 +240,7 @@ export class UpstreamMonitor {
       link: commit.link,
       humanTurns: plan.humanTurns,
       echoes: plan.echoes,
-      removed: plan.removeLink,
+      removed: commit.removed,
       event:
         plan.event && appended
           ? { kind: plan.event.kind, sequence: appended.sequence, duplicate: appended.duplicate, recorded: appended.recorded }

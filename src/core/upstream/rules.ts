@@ -8,9 +8,10 @@
  * - Human turns since the marker → ONE human_direct_message event, payload `turns` when
  *   more than one, a summary naming the catalog, and a dedupe key made of the link id and
  *   the marker version the check started from, so a retried report records once.
- * - Missing: the third consecutive missing check records one upstream_missing event and
- *   removes the link; any other definitive check (found) resets the count; an
- *   indeterminate check neither counts nor resets.
+ * - Missing: the third consecutive missing check records one upstream_missing event (payload
+ *   `channel` = the catalog) and removes the link; any other definitive check (found) resets
+ *   the count; an indeterminate check neither counts nor resets. Replacing the adopted
+ *   session (a new session id) while a check runs resets the count too, and the link stays.
  */
 import type { SessionId } from "../keys.js";
 import type { EventPayload } from "../model.js";
@@ -117,7 +118,8 @@ export function planCheck(link: UpstreamLink, report: CheckReport, recentMessage
           actorType: "system",
           occurredAt: now,
           summary: missingSummary(link.catalog),
-          payload: {},
+          // The catalog is the channel the session came through (SPEC §5).
+          payload: { channel: link.catalog },
           dedupeKey: missingDedupeKey(link.linkId),
         },
       };
@@ -151,6 +153,16 @@ export function planCheck(link: UpstreamLink, report: CheckReport, recentMessage
       return plan;
     }
   }
+}
+
+/**
+ * Whether the adopted session was replaced (it has another session id) since the link was
+ * last checked: a missing streak then starts over, and the link stays (SPEC §5). An unknown
+ * id on either side ("" on links older than this rule, or an unregistered session) is no
+ * replacement.
+ */
+export function sessionReplaced(linkSessionId: string, currentSessionId: string | undefined): boolean {
+  return linkSessionId !== "" && currentSessionId !== undefined && currentSessionId !== linkSessionId;
 }
 
 /** The newest parseable upstream timestamp among the turns, clamped like any occurredAt. */

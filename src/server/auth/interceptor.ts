@@ -64,7 +64,8 @@ export function authorization(
         (rule
           ? decide(principal, {
               procedure,
-              access: rule.access,
+              // A read that also writes when the request says so (a status call with a model).
+              access: "actsWhen" in rule && rule.actsWhen?.(message as never) ? "act" : rule.access,
               agents: "agents" in rule ? () => rule.agents(message as never) : undefined,
               agentless: "agents" in rule && rule.agentless,
               nodes: "nodes" in rule ? () => rule.nodes(message as never) : undefined,

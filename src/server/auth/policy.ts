@@ -42,7 +42,7 @@ import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js
 import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
-import { agentIdOfKey, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
+import { agentIdOfKey, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
 export type MethodRule<M = Message> =
@@ -52,6 +52,8 @@ export type MethodRule<M = Message> =
       agents: (req: M) => AgentTargets;
       /** The call's object belongs to no agent (the group catalog), so naming no agent is fine. */
       agentless?: true;
+      /** A read that changes state when this says so (session_status with a model) needs "act". */
+      actsWhen?: (req: M) => boolean;
     }
   | {
       access: "upstream";
@@ -100,8 +102,19 @@ export function viewAgents(requester: Requester | undefined, narrowedTo: readonl
   return wide ? EVERY_AGENT : agents;
 }
 
-/** A session named by key or else by session id, which may be any session the requester sees. */
-function namedSession(requester: Requester | undefined, ref: Ref, sessionId: string): AgentTargets {
+/** The requester's own session named by the "current" key, or (`orOwn`) by naming no session. */
+function ownSession(requester: Requester | undefined, ref: Ref, sessionId: string, orOwn: boolean): boolean {
+  if (!requester) return false;
+  if (ref?.sessionKey === CURRENT_SESSION) return true;
+  return orOwn && (ref === undefined || ref.sessionKey === "") && sessionId === "";
+}
+
+/**
+ * A session named by key or else by session id, which may be any session the requester sees;
+ * "current" (and, with `orOwn`, naming none) is the requester's own session.
+ */
+function namedSession(requester: Requester | undefined, ref: Ref, sessionId: string, orOwn = false): AgentTargets {
+  if (ownSession(requester, ref, sessionId, orOwn)) return [sessionAgent("requester", requester)];
   const byKey = ref !== undefined && (ref.sessionKey !== "" || ref.agentId !== "");
   // Without an id, resolve the (missing) key anyway, so the call fails as the core would.
   if (byKey || sessionId === "") return viewAgents(requester, [sessionAgent("session", ref)]);
@@ -122,7 +135,8 @@ export function serviceRules<T extends GenServiceMethods>(service: GenService<T>
 
 const stateRules = serviceRules(StateService, {
   appendEvents: { access: "act", agents: (req) => req.events.map((e, i) => sessionAgent(`events[${i}].session`, e.session)) },
-  getStatus: { access: "read", agents: (req) => viewAgents(req.requester, [sessionAgent("session", req.session)]) },
+  // Setting the model through session_status is a write.
+  getStatus: { access: "read", agents: (req) => namedSession(req.requester, req.session, "", true), actsWhen: (req) => req.model !== undefined },
 });
 
 const sessionRules = serviceRules(SessionService, {
@@ -142,7 +156,7 @@ const sessionRules = serviceRules(SessionService, {
   },
   resetSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
   deleteSession: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
-  patchSession: { access: "act", agents: (req) => namedSession(req.requester, req.session, req.sessionId) },
+  patchSession: { access: "act", agents: (req) => namedSession(req.requester, req.session, req.sessionId, true) },
   listGroups: { access: "read", agents: catalogAgents, agentless: true },
   setGroups: { access: "act", agents: catalogAgents, agentless: true },
   renameGroup: { access: "act", agents: catalogAgents, agentless: true },

@@ -4,7 +4,18 @@ import type { SessionState } from "../../core/sessionState.js";
 import type { SessionTools } from "../../core/sessionTools.js";
 import type { SessionPatch } from "../../core/model.js";
 import { SessionService, type SessionRef, type UpsertSessionRequest } from "../../../gen/sessionstate/v1/session_pb.js";
-import { eventMessage, int64, routeOf, runStatuses, sessionKinds, sessionMessage } from "../convert.js";
+import {
+  eventMessage,
+  int64,
+  routeOf,
+  runStatuses,
+  sandboxModes,
+  sessionKinds,
+  sessionMessage,
+  spawnContexts,
+  spawnRuntimes,
+  thinkingLevels,
+} from "../convert.js";
 import type { Logger } from "../logger.js";
 import { sessionToolsService } from "./sessionToolsService.js";
 
@@ -26,6 +37,7 @@ function patchOf(req: UpsertSessionRequest): SessionPatch {
     pinned: req.pinned,
     origin: routeOf(req.origin),
     deliveryContext: routeOf(req.deliveryContext),
+    sandboxed: req.sandboxed,
   };
 }
 
@@ -40,7 +52,7 @@ export function sessionService(core: SessionState, tools: SessionTools, logger: 
     },
 
     async spawnSession(req) {
-      const outcome = await core.spawnSession({
+      const outcome = await tools.spawnSession({
         parent: refOf(req.parent),
         childSessionKey: req.childSessionKey,
         kind: sessionKinds.optional("kind", req.kind) ?? "other",
@@ -49,11 +61,22 @@ export function sessionService(core: SessionState, tools: SessionTools, logger: 
         runId: req.runId,
         channel: req.channel,
         dedupeKey: req.dedupeKey,
+        runtime: spawnRuntimes.optional("runtime", req.runtime),
+        thinkingLevel: thinkingLevels.optional("thinking_level", req.thinkingLevel),
+        thread: req.thread,
+        sandbox: sandboxModes.optional("sandbox", req.sandbox),
+        context: spawnContexts.optional("context", req.context),
+        visible: req.visible,
+        task: req.task,
+        childRunId: req.childRunId,
       });
       return {
         child: sessionMessage(outcome.child),
         spawnEvent: eventMessage(outcome.event),
         parentWatching: outcome.parentWatching,
+        runId: outcome.runId,
+        childSessionKey: outcome.child.sessionKey,
+        taskMessageId: outcome.taskMessageId ?? "",
       };
     },
 

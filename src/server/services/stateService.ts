@@ -6,7 +6,7 @@ import type { SessionTools } from "../../core/sessionTools.js";
 import { AppendResultSchema, StateChangesSchema, StateService, type StateChanges } from "../../../gen/sessionstate/v1/state_pb.js";
 import type { ChangesPage } from "../../core/model.js";
 import { EventWireCache, isBinaryCall } from "../eventWire.js";
-import { actorTypes, eventKinds, eventMessage, int64, msOf, runOutcomes, sessionMessage } from "../convert.js";
+import { actorTypes, eventKinds, eventMessage, int64, msOf, routeMessage, routeOf, runOutcomes, sessionMessage } from "../convert.js";
 import { requesterOf } from "../convertTranscript.js";
 
 export function stateService(core: SessionState, tools: SessionTools, wire: EventWireCache = new EventWireCache()): ServiceImpl<typeof StateService> {
@@ -46,16 +46,34 @@ export function stateService(core: SessionState, tools: SessionTools, wire: Even
 
     async getStatus(req, ctx) {
       // session_status under the requester's visibility (none given = operator view).
-      const status = await tools.getStatus(
-        requesterOf(req.requester),
-        { sessionKey: req.session?.sessionKey ?? "", agentId: req.session?.agentId ?? "" },
-        req.changesSince === undefined ? undefined : int64("changes_since", req.changesSince),
-        req.limit,
-      );
+      const status = await tools.getStatus(requesterOf(req.requester), {
+        session: req.session && { sessionKey: req.session.sessionKey, agentId: req.session.agentId },
+        changesSince: req.changesSince === undefined ? undefined : int64("changes_since", req.changesSince),
+        limit: req.limit,
+        model: req.model,
+        activeRoute: routeOf(req.activeRoute),
+      });
       return {
         stateVersion: BigInt(status.stateVersion),
         session: status.session ? sessionMessage(status.session) : undefined,
         stateChanges: status.changes && changesMessage(status.changes, isBinaryCall(ctx.requestHeader, ctx.url) ? wire : undefined),
+        route: status.route && {
+          origin: routeMessage(status.route.origin),
+          active: routeMessage(status.route.active),
+          deliveryContext: routeMessage(status.route.deliveryContext),
+        },
+        usage: status.usage && {
+          contextTokens: BigInt(status.usage.contextTokens),
+          totalTokens: BigInt(status.usage.totalTokens),
+          inputTokens: BigInt(status.usage.inputTokens),
+          outputTokens: BigInt(status.usage.outputTokens),
+          cacheReadTokens: BigInt(status.usage.cacheReadTokens),
+          cacheWriteTokens: BigInt(status.usage.cacheWriteTokens),
+          usageMessageSequence: BigInt(status.usage.usageMessageSequence),
+          backfilled: status.usage.backfilled,
+        },
+        taskContext: status.taskContext,
+        modelChanged: status.modelChanged,
       };
     },
   };

@@ -6,7 +6,7 @@ import type { Notice } from "../../core/model.js";
 import type { NoticeSlice } from "../../core/noticeWakeups.js";
 import type { SessionState } from "../../core/sessionState.js";
 import { StreamNoticesResponseSchema, WatchService, type StreamNoticesResponse } from "../../../gen/sessionstate/v1/watch_pb.js";
-import { cursorMessage, int64, noticeMessage } from "../convert.js";
+import { cursorMessage, int64, noticeMessage, provenances } from "../convert.js";
 import { resetCallKey } from "../callTransport.js";
 import { SubscriberQueue } from "../subscriberQueue.js";
 import { isBinaryCall } from "../eventWire.js";
@@ -25,10 +25,8 @@ const pairOf = (n: Notice) => `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.
 export function watchService(core: SessionState, settings: StreamSettings): ServiceImpl<typeof WatchService> {
   return {
     async watch(req) {
-      const result = await core.watch(req.watcherSessionKey, {
-        sessionKey: req.targetSessionKey,
-        agentId: req.targetAgentId,
-      });
+      const provenance = provenances.optional("provenance", req.provenance);
+      const result = await core.watch(req.watcherSessionKey, { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }, provenance);
       return result.watched
         ? { watched: true, cursor: cursorMessage(result.cursor), created: result.created }
         : { watched: false, reason: result.reason };
