@@ -71,7 +71,7 @@ import {
   type PruneReport,
   type RetentionPolicy,
 } from "./signalLog.js";
-import type { CursorPage, Storage, WatcherSelector } from "./storage.js";
+import type { CursorPage, Storage, Tx, WatcherSelector } from "./storage.js";
 import { checkBytes, checkCount, checkRange, checkSummary, checkOneLine } from "./validation.js";
 import { cursorPageSize, decodeCursorToken, encodeCursorToken, type CursorSelector } from "./cursorPages.js";
 import { NOTICES_TOPIC, WatchableStore } from "./watchableStore.js";
@@ -280,21 +280,32 @@ export class SessionState {
   }
 
   /** stateVersion and, with changesSince, the delta after it. Never moves a cursor. */
-  async getStatus(ref: { sessionKey: string; agentId: string }, changesSince?: number, limit?: number): Promise<StatusResult> {
+  /**
+   * The session's head, record and (with changesSince) the delta after it. `alsoRead` reads
+   * more about a registered session in the same read transaction (session_status's usage
+   * and task context), so one status is one consistent snapshot and one storage turn.
+   */
+  async getStatus<X = undefined>(
+    ref: { sessionKey: string; agentId: string },
+    changesSince?: number,
+    limit?: number,
+    alsoRead?: (tx: Tx, record: SessionRecord) => Promise<X>,
+  ): Promise<StatusResult & { also?: X }> {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     if (changesSince !== undefined) checkRange("changes_since", changesSince, 0, Number.MAX_SAFE_INTEGER);
     const pageSize = limit === undefined ? MAX_STATUS_LIMIT : checkRange("limit", limit, 1, MAX_STATUS_LIMIT);
     return this.store.read(async (tx) => {
       const found = await tx.registry.session(session);
       const record = found && (await withSpawnGrants(tx, found, this.maxSpawnDepth));
+      const also = record && alsoRead ? await alsoRead(tx, record) : undefined;
       if (changesSince === undefined) {
         const head = await tx.log.head(session);
         if (!head && !record) throw unknownSession(session);
-        return { stateVersion: head?.stateVersion ?? 0, session: record };
+        return { stateVersion: head?.stateVersion ?? 0, session: record, also };
       }
       const { head, page } = await readChanges(tx, session, changesSince, pageSize, this.store.events);
       if (head.stateVersion === 0 && !record) throw unknownSession(session);
-      return { stateVersion: head.stateVersion, changes: page, session: record };
+      return { stateVersion: head.stateVersion, changes: page, session: record, also };
     });
   }
 

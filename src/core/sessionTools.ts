@@ -366,20 +366,18 @@ export class SessionTools {
     } else if (viewer.kind !== "operator") {
       await this.checkVisible(viewer, session, "read");
     }
-    const status = await this.state.getStatus(session, request.changesSince, request.limit);
-    if (!status.session) return { ...status, modelChanged };
-    const record = status.session;
-    const { newest, taskContext } = await this.state.store.read(async (tx) => ({
+    const { also, ...status } = await this.state.getStatus(session, request.changesSince, request.limit, async (tx, record) => ({
       newest: await newestUsageOf(tx, record),
       taskContext: await this.linkedTasks(tx, session, viewer),
     }));
+    if (!status.session || !also) return { ...status, modelChanged };
     // Only the session being served now has a live route: the requester's own.
     const own = viewer.kind === "requester" && sameSession(viewer.session, session);
     return {
       ...status,
-      route: statusRoute(record, own ? active : undefined),
-      usage: statusUsage(record, newest),
-      taskContext,
+      route: statusRoute(status.session, own ? active : undefined),
+      usage: statusUsage(status.session, also.newest),
+      taskContext: also.taskContext,
       modelChanged,
     };
   }
