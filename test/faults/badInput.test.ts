@@ -496,6 +496,8 @@ const MULTI_LINE_FIELDS = new Set([
   "sessionstate.v1.ToolResultBlock.text",
   "sessionstate.v1.ThinkingBlock.text",
   "sessionstate.v1.HumanTurn.text",
+  // The delegated task: the first "[Subagent Task]" message of the child's transcript.
+  "sessionstate.v1.SpawnSessionRequest.task",
 ]);
 const FORMAT_FIELDS = new Set(["agent_id", "target_agent_id", "source_agent_id", "node_id", "catalog", "context_key", "page_token"]);
 
