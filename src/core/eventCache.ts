@@ -11,8 +11,14 @@ import type { SignalEvent } from "./model.js";
 export const DEFAULT_EVENT_CACHE_CAPACITY = 20_000;
 
 export class EventCache {
-  /** Insertion order = age; the oldest goes first when full. */
   private readonly bySequence = new Map<number, SignalEvent>();
+  /**
+   * The cached sequences in insertion order (a ring: `oldest` is the next to go). Asking the
+   * Map for its first key instead would walk over every entry deleted since its last rehash,
+   * which made a full cache cost milliseconds per batch.
+   */
+  private readonly order: number[] = [];
+  private oldest = 0;
 
   constructor(private readonly capacity = DEFAULT_EVENT_CACHE_CAPACITY) {}
 
@@ -22,7 +28,13 @@ export class EventCache {
 
   put(event: SignalEvent): void {
     if (this.capacity === 0 || this.bySequence.has(event.sequence)) return;
-    if (this.bySequence.size >= this.capacity) this.bySequence.delete(this.bySequence.keys().next().value as number);
+    if (this.order.length < this.capacity) {
+      this.order.push(event.sequence);
+    } else {
+      this.bySequence.delete(this.order[this.oldest]);
+      this.order[this.oldest] = event.sequence;
+      this.oldest = (this.oldest + 1) % this.capacity;
+    }
     this.bySequence.set(event.sequence, event);
   }
 
