@@ -6,6 +6,8 @@ import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import { DAY_MS } from "../core/signalLog.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
+import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
+import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { TokenFile } from "../server/auth/tokens.js";
@@ -56,6 +58,13 @@ export const SETTINGS: Setting[] = [
   { flag: "cors-origins", env: "SESSIONSTATE_CORS_ORIGINS", description: "Browser origins allowed by CORS, comma-separated (* = any). None = CORS off", default: "" },
   { flag: "metrics-host", env: "SESSIONSTATE_METRICS_HOST", description: "Interface of the metrics listener (with --metrics-port)", default: "127.0.0.1" },
   { flag: "metrics-port", env: "SESSIONSTATE_METRICS_PORT", description: "Serve /metrics on this port, without a token, instead of on the main port. None = main port", default: "" },
+  { flag: "task-summary-max-chars", env: "SESSIONSTATE_TASK_SUMMARY_MAX_CHARS", description: "Longest task summary (UpsertTask), in characters; longer is INVALID_ARGUMENT", default: String(DEFAULTS.taskSummaryMaxChars) },
+  { flag: "task-list-max", env: "SESSIONSTATE_TASK_LIST_MAX", description: "Most tasks one ListTasks page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.taskListMax) },
+  { flag: "task-recent-minutes", env: "SESSIONSTATE_TASK_RECENT_MINUTES", description: "Minutes a finished task stays recent: listed by ListTasks and counted in session_status's task context", default: String(DEFAULTS.taskRecentMinutes) },
+  { flag: "delivery-intent-max-bytes", env: "SESSIONSTATE_DELIVERY_INTENT_MAX_BYTES", description: "Largest queue intent of a delivery operation (ReserveDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryIntentMaxBytes) },
+  { flag: "delivery-reply-max-bytes", env: "SESSIONSTATE_DELIVERY_REPLY_MAX_BYTES", description: "Largest captured reply text of a delivery operation (CompleteDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryReplyMaxBytes) },
+  { flag: "max-pending-deliveries", env: "SESSIONSTATE_MAX_PENDING_DELIVERIES", description: "Most PENDING delivery operations one agent may have; a new ReserveDelivery beyond it is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxPendingDeliveries) },
+  { flag: "delivery-list-max", env: "SESSIONSTATE_DELIVERY_LIST_MAX", description: "Most operations one ListPendingDeliveries page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryListMax) },
 ];
 
 export class ConfigError extends Error {}
@@ -126,6 +135,13 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     idleTimeoutMs: seconds("idle-timeout", 0, 86_400),
     corsOrigins: corsOrigins(value("cors-origins")),
     metricsListener: metricsPort === "" ? undefined : { host: value("metrics-host"), port: int("metrics-port", 0, 65535) },
+    taskSummaryMaxChars: int("task-summary-max-chars", ...TASK_LIMIT_RANGES.summaryMaxChars),
+    taskListMax: int("task-list-max", ...TASK_LIMIT_RANGES.listMax),
+    taskRecentMinutes: int("task-recent-minutes", ...TASK_LIMIT_RANGES.recentMinutes),
+    deliveryIntentMaxBytes: int("delivery-intent-max-bytes", ...DELIVERY_LIMIT_RANGES.intentMaxBytes),
+    deliveryReplyMaxBytes: int("delivery-reply-max-bytes", ...DELIVERY_LIMIT_RANGES.replyMaxBytes),
+    maxPendingDeliveries: int("max-pending-deliveries", ...DELIVERY_LIMIT_RANGES.maxPendingPerAgent),
+    deliveryListMax: int("delivery-list-max", ...DELIVERY_LIMIT_RANGES.listMax),
   };
 }
 

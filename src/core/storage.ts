@@ -29,6 +29,8 @@ import type { ModelSelection } from "./settings/modelRevert.js";
 import type { MessageDraft, MessageUsage, ProvenanceKind, StoredMessage, TranscriptRef } from "./transcript/model.js";
 import type { SearchHitRecord, SearchQuery } from "./transcript/queries.js";
 import type { LinkFilter, UpstreamLink, CheckStatus, UpstreamKind } from "./upstream/model.js";
+import type { TaskFilter, TaskRecord } from "./coordination/taskModel.js";
+import type { DeliveryRecord } from "./coordination/deliveryModel.js";
 
 export type Awaitable<T> = T | Promise<T>;
 
@@ -99,6 +101,8 @@ export interface Tx {
   readonly transcripts: TranscriptRows;
   readonly settings: SettingsRows;
   readonly upstream: UpstreamRows;
+  readonly tasks: TaskRows;
+  readonly deliveries: DeliveryRows;
   /**
    * Takes the per-session write locks of `sessions` (sorted, in one pass) for the rest of the
    * transaction. No-op on SQLite, where a write transaction holds the one write lock.
@@ -346,4 +350,40 @@ export interface CheckAssignmentRow {
   assignedAt: number;
   /** When a replica sent it on the Node's stream; undefined = not sent yet. */
   sentAt?: number;
+}
+
+// ---- Task registry (SPEC §6) -------------------------------------------------------------------------
+
+export interface TaskRows {
+  task(taskId: string): Awaitable<TaskRecord | undefined>;
+  insertTask(task: TaskRecord): Awaitable<void>;
+  updateTask(task: TaskRecord): Awaitable<void>;
+  /**
+   * Tasks whose session is registered and matches the filter, newest update first (then task
+   * id), after `filter.after`, at most `filter.limit`.
+   */
+  listTasks(filter: TaskFilter): Awaitable<TaskRecord[]>;
+  /**
+   * The tasks of `session` and of the sessions it spawned directly, active or ended at or
+   * after `endedSince`, newest update first, at most `limit`.
+   */
+  linkedTasks(session: SessionId, endedSince: number, limit: number): Awaitable<TaskRecord[]>;
+  deleteTasksOf(session: SessionId): Awaitable<number>;
+  /** Removes up to `limit` tasks that ended before `endedBefore`; returns how many. */
+  pruneEndedTasks(endedBefore: number, limit: number): Awaitable<number>;
+}
+
+// ---- Delivery operations (SPEC §6) ---------------------------------------------------------------------
+
+export interface DeliveryRows {
+  delivery(agentId: string, operationId: string): Awaitable<DeliveryRecord | undefined>;
+  /** Inserts the operation; its `position` is assigned here (the record's is ignored) and returned. */
+  insertDelivery(delivery: DeliveryRecord): Awaitable<number>;
+  /** Saves state, reservations, receipt, error, reply and completion time. */
+  updateDelivery(delivery: DeliveryRecord): Awaitable<void>;
+  countPending(agentId: string): Awaitable<number>;
+  /** Pending operations of these agents in reservation order, after `afterPosition`, at most `limit`. */
+  pendingDeliveries(agentIds: readonly string[], afterPosition: number, limit: number): Awaitable<DeliveryRecord[]>;
+  /** Removes up to `limit` finished operations completed before `completedBefore`; returns how many. */
+  pruneCompleted(completedBefore: number, limit: number): Awaitable<number>;
 }

@@ -7,6 +7,12 @@ import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
 import { UpstreamService } from "../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
+import { TaskService } from "../../gen/sessionstate/v1/task_pb.js";
+import { DeliveryService } from "../../gen/sessionstate/v1/delivery_pb.js";
+import type { Deliveries } from "../core/coordination/deliveries.js";
+import type { TaskRegistry } from "../core/coordination/tasks.js";
+import { taskService } from "./services/taskService.js";
+import { deliveryService } from "./services/deliveryService.js";
 import type { Logger } from "./logger.js";
 import { sessionService } from "./services/sessionService.js";
 import { stateService } from "./services/stateService.js";
@@ -17,7 +23,13 @@ import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
-export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService] as const;
+export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService, TaskService, DeliveryService] as const;
+
+/** The task registry and delivery operations (SPEC §6). */
+export interface CoordinationRoutes {
+  tasks: TaskRegistry;
+  deliveries: Deliveries;
+}
 
 export function routes(
   core: SessionState,
@@ -26,6 +38,7 @@ export function routes(
   tools: SessionTools,
   logger: Logger,
   upstream: UpstreamRouteSettings,
+  coordination: CoordinationRoutes,
 ) {
   return (router: ConnectRouter) => {
     router.service(StateService, stateService(core, tools));
@@ -33,6 +46,8 @@ export function routes(
     router.service(WatchService, watchService(core, streams));
     router.service(TranscriptService, transcriptService(tools));
     router.service(UpstreamService, upstreamService(upstream));
+    router.service(TaskService, taskService(coordination.tasks));
+    router.service(DeliveryService, deliveryService(coordination.deliveries));
     registerHealth(router, health);
     registerReflection(router, [...PRODUCT_SERVICES]);
   };

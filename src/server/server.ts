@@ -12,8 +12,8 @@ import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
-import { noLinkedTasks } from "../core/sessionStatus.js";
-import { registerNoTask } from "../core/spawnTasks.js";
+import { checkTaskLimits, DEFAULT_TASK_LIMITS, linkedTaskSource, spawnTaskHook, TaskRegistry } from "../core/coordination/tasks.js";
+import { checkDeliveryLimits, DEFAULT_DELIVERY_LIMITS, Deliveries } from "../core/coordination/deliveries.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/signalLog.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
@@ -97,6 +97,20 @@ export interface ServerOptions {
   corsOrigins?: string[];
   /** Serve /metrics (and the probes) on this listener, without a token, instead of on the main port. */
   metricsListener?: { host: string; port: number };
+  /** Longest task summary (UpsertTask), in characters; default 280. */
+  taskSummaryMaxChars?: number;
+  /** Most tasks one ListTasks page holds; default 200. */
+  taskListMax?: number;
+  /** Minutes a finished task stays "recent" (listed and in session_status's task context); default 60. */
+  taskRecentMinutes?: number;
+  /** Largest queue intent of a delivery operation, bytes; default 64 KiB. */
+  deliveryIntentMaxBytes?: number;
+  /** Largest captured reply of a delivery operation, bytes; default 64 KiB. */
+  deliveryReplyMaxBytes?: number;
+  /** Most PENDING delivery operations one agent may have; default 10,000. */
+  maxPendingDeliveries?: number;
+  /** Most operations one ListPendingDeliveries page holds; default 1000. */
+  deliveryListMax?: number;
 }
 
 export interface RunningServer {
@@ -130,6 +144,13 @@ export const DEFAULTS = {
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
+  taskSummaryMaxChars: DEFAULT_TASK_LIMITS.summaryMaxChars,
+  taskListMax: DEFAULT_TASK_LIMITS.listMax,
+  taskRecentMinutes: DEFAULT_TASK_LIMITS.recentMs / 60_000,
+  deliveryIntentMaxBytes: DEFAULT_DELIVERY_LIMITS.intentMaxBytes,
+  deliveryReplyMaxBytes: DEFAULT_DELIVERY_LIMITS.replyMaxBytes,
+  maxPendingDeliveries: DEFAULT_DELIVERY_LIMITS.maxPendingPerAgent,
+  deliveryListMax: DEFAULT_DELIVERY_LIMITS.listMax,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -138,6 +159,18 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const exposure = checkExposure(options.host ?? DEFAULTS.host, options.tokens !== undefined, options.insecure ?? false);
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
+  // And the coordination limits (SPEC §6).
+  const taskLimits = checkTaskLimits({
+    summaryMaxChars: options.taskSummaryMaxChars ?? DEFAULTS.taskSummaryMaxChars,
+    listMax: options.taskListMax ?? DEFAULTS.taskListMax,
+    recentMs: (options.taskRecentMinutes ?? DEFAULTS.taskRecentMinutes) * 60_000,
+  });
+  const deliveryLimits = checkDeliveryLimits({
+    intentMaxBytes: options.deliveryIntentMaxBytes ?? DEFAULTS.deliveryIntentMaxBytes,
+    replyMaxBytes: options.deliveryReplyMaxBytes ?? DEFAULTS.deliveryReplyMaxBytes,
+    maxPendingPerAgent: options.maxPendingDeliveries ?? DEFAULTS.maxPendingDeliveries,
+    listMax: options.deliveryListMax ?? DEFAULTS.deliveryListMax,
+  });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
   const metrics = new ServerMetrics();
   const storage = await openStorage({
@@ -156,11 +189,13 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     maxSpawnDepth: options.maxSpawnDepth,
     metrics,
     // The task registry (SPEC §6) registers each spawn's task here, in the spawn's transaction.
-    registerSpawnedTask: registerNoTask,
+    registerSpawnedTask: spawnTaskHook(taskLimits),
     onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
   // The task registry (SPEC §6) fills session_status's linked task context here.
-  const tools = new SessionTools({ state: core, redactor, linkedTasks: noLinkedTasks });
+  const tools = new SessionTools({ state: core, redactor, linkedTasks: linkedTaskSource(taskLimits, () => core.now()) });
+  const tasks = new TaskRegistry(tools, taskLimits);
+  const deliveries = new Deliveries(core.store, deliveryLimits);
   const health = new HealthStatus();
   const storageHealth = new StorageHealth(
     storage.description.database,
@@ -200,7 +235,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       if (!storageHealth.observe(err, "start-up recovery of pending notices")) await closeAnd(core)(err);
     }
   }
-  await runPrune(core, storage, storageHealth, logger);
+  await runPrune(core, storage, storageHealth, logger, { tasks, deliveries });
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
   const healthTimer = setInterval(() => {
     void storage.ping().then((up) => storageHealth.setReachable(up));
@@ -219,7 +254,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
-    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }),
+    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, { tasks, deliveries }),
     interceptors: [errorMapping(logger, storageHealth)],
     // The storage gate runs after authorization, so only an authorized caller learns of the damage.
     afterAuthorization: [storageGate(storageHealth)],
@@ -261,7 +296,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
-    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, storage, storageHealth, logger), pruneIntervalMs).unref() : undefined;
+    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, storage, storageHealth, logger, { tasks, deliveries }), pruneIntervalMs).unref() : undefined;
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
@@ -302,12 +337,23 @@ function closeAnd(core: SessionState) {
 }
 
 /** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7); never on a damaged database. */
-async function runPrune(core: SessionState, storage: Storage, storageHealth: StorageHealth, logger: Logger): Promise<void> {
+async function runPrune(
+  core: SessionState,
+  storage: Storage,
+  storageHealth: StorageHealth,
+  logger: Logger,
+  coordination: { tasks: TaskRegistry; deliveries: Deliveries },
+): Promise<void> {
   if (storageHealth.damaged) return;
   try {
     if (!(await storage.leadership("prune").isLeader())) return;
     const report = await core.pruneSignalLog();
     if (report.removedEvents > 0 || report.removedCursors > 0) logger.info("signal log pruned", { ...report });
+    // Finished tasks and completed delivery operations are kept as long as the log's events.
+    const before = core.now() - core.retention.maxAgeMs;
+    const removedTasks = await coordination.tasks.pruneEnded(before);
+    const removedDeliveries = await coordination.deliveries.pruneCompleted(before);
+    if (removedTasks > 0 || removedDeliveries > 0) logger.info("finished tasks and deliveries pruned", { removedTasks, removedDeliveries });
   } catch (err) {
     if (!storageHealth.observe(err, "pruning")) logger.error("pruning failed", { error: String(err) });
   }

@@ -37,6 +37,8 @@ import { PgSignalLogRows } from "./signalLogRows.js";
 import { asDomainError, isConnectionLost, isRetryable } from "./storageFaults.js";
 import { PgTranscriptRows } from "./transcriptRows.js";
 import { PgUpstreamRows } from "./upstreamRows.js";
+import { PgTaskRows } from "./taskRows.js";
+import { PgDeliveryRows } from "./deliveryRows.js";
 
 /** Attempts of a unit that keeps losing races before the caller gets UNAVAILABLE. */
 const MAX_ATTEMPTS = 6;
@@ -85,6 +87,8 @@ class PgTx implements Tx {
   readonly transcripts;
   readonly settings;
   readonly upstream;
+  readonly tasks;
+  readonly deliveries;
   /** Topic → keys announced in this transaction (sent with NOTIFY when it commits). */
   readonly wake = new Map<string, Set<string>>();
   private readonly locked = new Set<bigint>();
@@ -96,6 +100,8 @@ class PgTx implements Tx {
     this.transcripts = new PgTranscriptRows(c);
     this.settings = new PgSettingsRows(c);
     this.upstream = new PgUpstreamRows(c);
+    this.tasks = new PgTaskRows(c);
+    this.deliveries = new PgDeliveryRows(c);
   }
 
   async lock(sessions: readonly SessionId[]): Promise<void> {

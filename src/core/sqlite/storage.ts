@@ -25,6 +25,8 @@ import { SqliteSignalLogRows } from "./signalLogRows.js";
 import { asDomainError, damagedFileAdvice } from "./storageFaults.js";
 import { SqliteTranscriptRows } from "./transcriptRows.js";
 import { SqliteUpstreamRows } from "./upstreamRows.js";
+import { SqliteTaskRows } from "./taskRows.js";
+import { SqliteDeliveryRows } from "./deliveryRows.js";
 
 interface GroupMember {
   unit: (tx: Tx) => Promise<unknown>;
@@ -64,6 +66,8 @@ export class SqliteStorage implements Storage {
       transcripts: new SqliteTranscriptRows(db),
       settings: new SqliteSettingsRows(db),
       upstream: new SqliteUpstreamRows(db),
+      tasks: new SqliteTaskRows(db),
+      deliveries: new SqliteDeliveryRows(db),
       lock: () => {},
       announce: () => {},
     };

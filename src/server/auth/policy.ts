@@ -41,8 +41,10 @@ import { StateService } from "../../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js";
 import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
+import { TaskService } from "../../../gen/sessionstate/v1/task_pb.js";
+import { DeliveryService } from "../../../gen/sessionstate/v1/delivery_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
-import { agentIdOfKey, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
+import { agentIdOfKey, checkAgentId, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
 export type MethodRule<M = Message> =
@@ -218,6 +220,26 @@ const upstreamRules = serviceRules(UpstreamService, {
   connectNode: { access: "upstream", nodes: (req) => [req.nodeId] },
 });
 
+// The task registry (SPEC §6). Registering and updating a task acts for its session's agent.
+// A cancel acts for the requester (who must control the task's tree, which the core checks);
+// without a requester it is the operator's, which reaches every agent's tasks (admin only).
+const taskRules = serviceRules(TaskService, {
+  upsertTask: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  listTasks: {
+    access: "read",
+    agents: (req) => viewAgents(req.requester, req.session && req.session.sessionKey !== "" ? [sessionAgent("session", req.session)] : []),
+  },
+  cancelTask: { access: "act", agents: (req) => (req.requester ? [sessionAgent("requester", req.requester)] : EVERY_AGENT) },
+});
+
+// Delivery operations (SPEC §6) are owner-only: the agent's own gateway token or admin. Even
+// listing them needs "act" (readers may not see a Gateway's queue intent or captured replies).
+const deliveryRules = serviceRules(DeliveryService, {
+  reserveDelivery: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  completeDelivery: { access: "act", agents: (req) => [checkAgentId("agent_id", req.agentId)] },
+  listPendingDeliveries: { access: "act", agents: (req) => req.agentIds.map((a, i) => checkAgentId(`agent_ids[${i}]`, a)) },
+});
+
 /** Every RPC's rule, keyed by full method name. A new service adds its `serviceRules(...)` here. */
 export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...stateRules,
@@ -225,4 +247,6 @@ export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...transcriptRules,
   ...watchRules,
   ...upstreamRules,
+  ...taskRules,
+  ...deliveryRules,
 ]);
