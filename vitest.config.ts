@@ -14,6 +14,7 @@ const BOTH_BACKENDS = [
   "test/event-wire.test.ts",
   "test/session-*.test.ts",
   "test/transcript-*.test.ts",
+  "test/coordination-*.test.ts",
   "test/visibility.test.ts",
   "test/upstream-monitor.test.ts",
   "test/upstream-parity.test.ts",

@@ -22,6 +22,8 @@ import { StateService } from "../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
 import { CheckStatus, UpstreamKind, UpstreamService } from "../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../gen/sessionstate/v1/watch_pb.js";
+import { TaskKind, TaskService } from "../gen/sessionstate/v1/task_pb.js";
+import { DeliveryService, DeliveryState } from "../gen/sessionstate/v1/delivery_pb.js";
 import { createLogger } from "../src/server/logger.js";
 import { POLICY } from "../src/server/auth/policy.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
@@ -127,6 +129,20 @@ fixtures(UpstreamService, {
   unlinkUpstream: { request: { session: { sessionKey: "agent:main:scratch" } }, allowed: ACT },
   listUpstreamLinks: { request: { agentId: "main" }, allowed: READ },
   connectNode: { request: { nodeId: "node-a", message: { case: "hello", value: { software: "auth-test" } } }, allowed: ["node", "admin"] },
+});
+
+fixtures(TaskService, {
+  upsertTask: { request: { taskId: "auth-task", session: MAIN, kind: TaskKind.CLI }, allowed: ACT },
+  listTasks: { request: { requester: { sessionKey: MAIN.sessionKey } }, allowed: READ },
+  // Without a requester a cancel is the operator's, reaching every agent's tasks: admin only.
+  cancelTask: { request: { requester: { sessionKey: MAIN.sessionKey }, taskId: "auth-task" }, allowed: ACT },
+});
+
+// Owner-only: the agent's own gateway token or admin; readers may not even list.
+fixtures(DeliveryService, {
+  reserveDelivery: { request: { operationId: "auth-op", session: MAIN, conversationRef: "conv" }, allowed: ACT },
+  completeDelivery: { request: { agentId: "main", operationId: "auth-op", outcome: DeliveryState.CANCELED }, allowed: ACT },
+  listPendingDeliveries: { request: { agentIds: ["main"] }, allowed: ACT },
 });
 
 // ---- Calling any method generically ------------------------------------------------------------
