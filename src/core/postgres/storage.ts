@@ -27,6 +27,7 @@ import type { CoreMetrics } from "../metrics.js";
 import { describeDatabase } from "../databaseName.js";
 import type { IntegrityReport, Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
+import { PgInboxRows, PgMessagingRows } from "./coordinationRows.js";
 import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
 import { channelName, NoticeChannel, wakeupPayload } from "./notifications.js";
@@ -85,6 +86,8 @@ class PgTx implements Tx {
   readonly transcripts;
   readonly settings;
   readonly upstream;
+  readonly inbox;
+  readonly messaging;
   /** Topic → keys announced in this transaction (sent with NOTIFY when it commits). */
   readonly wake = new Map<string, Set<string>>();
   private readonly locked = new Set<bigint>();
@@ -96,6 +99,8 @@ class PgTx implements Tx {
     this.transcripts = new PgTranscriptRows(c);
     this.settings = new PgSettingsRows(c);
     this.upstream = new PgUpstreamRows(c);
+    this.inbox = new PgInboxRows(c);
+    this.messaging = new PgMessagingRows(c);
   }
 
   async lock(sessions: readonly SessionId[]): Promise<void> {

@@ -18,6 +18,7 @@ import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import type { CoreMetrics } from "../metrics.js";
 import type { IntegrityReport, Leadership, Storage, Tx, WriteOptions } from "../storage.js";
+import { SqliteInboxRows, SqliteMessagingRows } from "./coordinationRows.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
 import { SqliteSettingsRows } from "./settingsRows.js";
@@ -64,6 +65,8 @@ export class SqliteStorage implements Storage {
       transcripts: new SqliteTranscriptRows(db),
       settings: new SqliteSettingsRows(db),
       upstream: new SqliteUpstreamRows(db),
+      inbox: new SqliteInboxRows(db),
+      messaging: new SqliteMessagingRows(db),
       lock: () => {},
       announce: () => {},
     };
