@@ -6,6 +6,14 @@ import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import { DAY_MS } from "../core/signalLog.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
+import {
+  DEFAULT_MAX_MESSAGE_BYTES,
+  DEFAULT_MAX_REPLY_TURNS,
+  DEFAULT_MAX_SEND_TIMEOUT_SECONDS,
+  MAX_MESSAGE_BYTES_LIMIT,
+  MAX_REPLY_TURNS_LIMIT,
+  MAX_SEND_TIMEOUT_LIMIT,
+} from "../core/coordination/messaging.js";
 import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
 import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
 import type { LogLevel } from "../server/logger.js";
@@ -33,6 +41,9 @@ export const SETTINGS: Setting[] = [
   { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
   { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
   { flag: "max-spawn-depth", env: "SESSIONSTATE_MAX_SPAWN_DEPTH", description: "Deepest spawn allowed (1 = only top-level sessions spawn); a deeper SpawnSession is FAILED_PRECONDITION", default: String(DEFAULT_MAX_SPAWN_DEPTH) },
+  { flag: "max-reply-turns", env: "SESSIONSTATE_MAX_REPLY_TURNS", description: "Most replies one inter-session exchange takes (the reply loop of sessions_send) before it ends with LIMIT", default: String(DEFAULT_MAX_REPLY_TURNS) },
+  { flag: "max-send-timeout", env: "SESSIONSTATE_MAX_SEND_TIMEOUT_S", description: "Longest wait for a reply a SendToSession may ask (timeout_seconds); more is INVALID_ARGUMENT", default: String(DEFAULT_MAX_SEND_TIMEOUT_SECONDS) },
+  { flag: "max-message-bytes", env: "SESSIONSTATE_MAX_MESSAGE_BYTES", description: "Largest inter-session message or reply text (SendToSession, ReplyToMessage)", default: String(DEFAULT_MAX_MESSAGE_BYTES) },
   { flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
   { flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
   { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
@@ -113,6 +124,9 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     databasePath: database(value("db")),
     poolSize: int("pg-pool-size", 1, 1000),
     maxSpawnDepth: int("max-spawn-depth", 1, MAX_SPAWN_DEPTH_LIMIT),
+    maxReplyTurns: int("max-reply-turns", 1, MAX_REPLY_TURNS_LIMIT),
+    maxSendTimeoutSeconds: int("max-send-timeout", 1, MAX_SEND_TIMEOUT_LIMIT),
+    maxMessageBytes: int("max-message-bytes", 1, MAX_MESSAGE_BYTES_LIMIT),
     retention: { maxAgeMs: int("retention-days", 1, 36500) * DAY_MS, maxRows: int("retention-rows", 1, 1_000_000_000) },
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),

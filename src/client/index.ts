@@ -6,6 +6,7 @@
 export { createClient, Code, ConnectError, type Client, type CallOptions, type Interceptor, type Transport } from "@connectrpc/connect";
 export * from "../../gen/sessionstate/v1/event_pb.js";
 export * from "../../gen/sessionstate/v1/message_pb.js";
+export * from "../../gen/sessionstate/v1/messaging_pb.js";
 export * from "../../gen/sessionstate/v1/requester_pb.js";
 export * from "../../gen/sessionstate/v1/session_pb.js";
 export * from "../../gen/sessionstate/v1/state_pb.js";

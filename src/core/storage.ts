@@ -11,6 +11,7 @@
  * networked one with a promise; rule code always awaits. Storage failures leave a backend
  * as DomainErrors (unavailable, resource_exhausted, data_loss), never as driver errors.
  */
+import type { Exchange, StoredInterSessionMessage } from "./coordination/model.js";
 import type { SessionId } from "./keys.js";
 import type {
   EventDraft,
@@ -101,6 +102,8 @@ export interface Tx {
   readonly transcripts: TranscriptRows;
   readonly settings: SettingsRows;
   readonly upstream: UpstreamRows;
+  readonly inbox: InboxRows;
+  readonly messaging: MessagingRows;
   readonly tasks: TaskRows;
   readonly deliveries: DeliveryRows;
   /**
@@ -350,6 +353,46 @@ export interface CheckAssignmentRow {
   assignedAt: number;
   /** When a replica sent it on the Node's stream; undefined = not sent yet. */
   sentAt?: number;
+}
+
+// ---- Inboxes and inter-session messages (SPEC §6) -------------------------------------------------
+
+/** One queued inbox item; `body` is the item's payload as the core encodes it (JSON). */
+export interface InboxRow {
+  itemId: string;
+  sequence: number;
+  agentId: string;
+  sessionKey: string;
+  kind: string;
+  body: string;
+  enqueuedAt: number;
+}
+
+export interface InboxRows {
+  /** Queues an item; returns its sequence (one global sequence, never reused). */
+  insertItem(row: Omit<InboxRow, "sequence">): Awaitable<number>;
+  /**
+   * The agent's items (of every session, or only of `sessionKeys`) with a sequence above
+   * `afterSequence`, oldest first, at most `limit`.
+   */
+  pendingItems(agentId: string, sessionKeys: readonly string[] | undefined, afterSequence: number, limit: number): Awaitable<InboxRow[]>;
+  /** Removes those of `itemIds` that are in the agent's inbox; returns the removed rows. */
+  deleteItems(agentId: string, itemIds: readonly string[]): Awaitable<InboxRow[]>;
+  countItems(): Awaitable<number>;
+}
+
+export interface MessagingRows {
+  exchange(exchangeId: string): Awaitable<Exchange | undefined>;
+  insertExchange(exchange: Exchange): Awaitable<void>;
+  updateExchange(exchange: Exchange): Awaitable<void>;
+  message(messageId: string): Awaitable<StoredInterSessionMessage | undefined>;
+  /** The exchange's message of that turn (0 = the first message, n = the n-th reply). */
+  messageAtTurn(exchangeId: string, turn: number): Awaitable<StoredInterSessionMessage | undefined>;
+  insertMessage(message: StoredInterSessionMessage): Awaitable<void>;
+  /** Exchanges holding a first reply for a sender that stopped waiting before `now`, at most `limit`. */
+  heldReplies(now: number, limit: number): Awaitable<Exchange[]>;
+  /** Removes ended exchanges last changed before `updatedBefore`, with their messages, at most `limit`; how many. */
+  deleteEndedExchanges(updatedBefore: number, limit: number): Awaitable<number>;
 }
 
 // ---- Task registry (SPEC §6) -------------------------------------------------------------------------

@@ -1,10 +1,12 @@
 /**
  * How a task cancel reaches the Gateway running the task (SPEC §6): a cancel request queued
- * on the inbox of the task session's agent, inside CancelTask's own transaction.
+ * on the inbox of the task session's agent (inbox.ts), inside CancelTask's own transaction,
+ * so the request exists exactly when the task is marked; the Gateway serving that agent reads
+ * it on MessagingService.StreamInbox and acknowledges it.
  */
-import { randomBytes } from "node:crypto";
 import type { SessionId } from "../keys.js";
 import type { WriteContext } from "../watchableStore.js";
+import { enqueueInboxItem } from "./inbox.js";
 
 export interface CancelRequestDraft {
   taskId: string;
@@ -17,7 +19,13 @@ export interface CancelRequestDraft {
 }
 
 /** Queues the request; returns the id of the inbox item that carries it. */
-export async function queueCancelRequest(_ctx: WriteContext, _request: CancelRequestDraft): Promise<string> {
-  // Interim until the inbox lands: the id only (the request is recorded on the task).
-  return `inb_${randomBytes(16).toString("hex")}`;
+export async function queueCancelRequest(ctx: WriteContext, request: CancelRequestDraft): Promise<string> {
+  const item = await enqueueInboxItem(ctx, {
+    recipient: request.session,
+    payload: {
+      kind: "cancel_request",
+      cancel: { taskId: request.taskId, runId: request.runId, session: request.session, requestedBy: request.requestedBy },
+    },
+  });
+  return item.itemId;
 }

@@ -193,6 +193,51 @@ const MIGRATIONS: string[] = [
   CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
   ALTER TABLE upstream_links ADD COLUMN session_id text COLLATE "C" NOT NULL DEFAULT '';
   `,
+  // Coordination across Gateways (SPEC §6), as in the SQLite schema: every agent's inbox and
+  // the inter-session exchanges with their messages.
+  `
+  CREATE TABLE inbox_items (
+    sequence     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    item_id      text COLLATE "C" NOT NULL UNIQUE,
+    agent_id     text COLLATE "C" NOT NULL,
+    session_key  text COLLATE "C" NOT NULL,
+    kind         text NOT NULL,
+    body         text NOT NULL,
+    enqueued_at  bigint NOT NULL
+  );
+  CREATE INDEX inbox_items_by_session ON inbox_items (agent_id, session_key, sequence);
+  CREATE INDEX inbox_items_by_agent ON inbox_items (agent_id, sequence);
+  CREATE TABLE inter_session_exchanges (
+    exchange_id      text COLLATE "C" PRIMARY KEY,
+    sender_agent_id  text COLLATE "C" NOT NULL,
+    sender_key       text COLLATE "C" NOT NULL,
+    target_agent_id  text COLLATE "C" NOT NULL,
+    target_key       text COLLATE "C" NOT NULL,
+    state            text NOT NULL,
+    turns            integer NOT NULL,
+    max_turns        integer NOT NULL,
+    end_reason       text NOT NULL DEFAULT '',
+    wait_until       bigint NOT NULL DEFAULT 0,
+    held_reply       text COLLATE "C" NOT NULL DEFAULT '',
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL
+  );
+  CREATE INDEX exchanges_held ON inter_session_exchanges (wait_until) WHERE held_reply <> '';
+  CREATE INDEX exchanges_ended ON inter_session_exchanges (updated_at) WHERE end_reason <> '';
+  CREATE TABLE inter_session_messages (
+    message_id          text COLLATE "C" PRIMARY KEY,
+    exchange_id         text COLLATE "C" NOT NULL,
+    turn                integer NOT NULL,
+    sender_agent_id     text COLLATE "C" NOT NULL,
+    sender_key          text COLLATE "C" NOT NULL,
+    recipient_agent_id  text COLLATE "C" NOT NULL,
+    recipient_key       text COLLATE "C" NOT NULL,
+    text                text NOT NULL,
+    failed              boolean NOT NULL DEFAULT false,
+    sent_at             bigint NOT NULL,
+    UNIQUE (exchange_id, turn)
+  );
+  `,
   // The task registry and delivery operations (SPEC §6), as in the SQLite schema.
   `
   CREATE TABLE tasks (

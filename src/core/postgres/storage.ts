@@ -27,6 +27,9 @@ import type { CoreMetrics } from "../metrics.js";
 import { describeDatabase } from "../databaseName.js";
 import type { IntegrityReport, Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
+import { PgInboxRows, PgMessagingRows } from "./coordinationRows.js";
+import { PgTaskRows } from "./taskRows.js";
+import { PgDeliveryRows } from "./deliveryRows.js";
 import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
 import { channelName, NoticeChannel, wakeupPayload } from "./notifications.js";
@@ -37,8 +40,6 @@ import { PgSignalLogRows } from "./signalLogRows.js";
 import { asDomainError, isConnectionLost, isRetryable } from "./storageFaults.js";
 import { PgTranscriptRows } from "./transcriptRows.js";
 import { PgUpstreamRows } from "./upstreamRows.js";
-import { PgTaskRows } from "./taskRows.js";
-import { PgDeliveryRows } from "./deliveryRows.js";
 
 /** Attempts of a unit that keeps losing races before the caller gets UNAVAILABLE. */
 const MAX_ATTEMPTS = 6;
@@ -87,6 +88,8 @@ class PgTx implements Tx {
   readonly transcripts;
   readonly settings;
   readonly upstream;
+  readonly inbox;
+  readonly messaging;
   readonly tasks;
   readonly deliveries;
   /** Topic → keys announced in this transaction (sent with NOTIFY when it commits). */
@@ -100,6 +103,8 @@ class PgTx implements Tx {
     this.transcripts = new PgTranscriptRows(c);
     this.settings = new PgSettingsRows(c);
     this.upstream = new PgUpstreamRows(c);
+    this.inbox = new PgInboxRows(c);
+    this.messaging = new PgMessagingRows(c);
     this.tasks = new PgTaskRows(c);
     this.deliveries = new PgDeliveryRows(c);
   }

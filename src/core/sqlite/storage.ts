@@ -18,6 +18,9 @@ import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import type { CoreMetrics } from "../metrics.js";
 import type { IntegrityReport, Leadership, Storage, Tx, WriteOptions } from "../storage.js";
+import { SqliteInboxRows, SqliteMessagingRows } from "./coordinationRows.js";
+import { SqliteTaskRows } from "./taskRows.js";
+import { SqliteDeliveryRows } from "./deliveryRows.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
 import { SqliteSettingsRows } from "./settingsRows.js";
@@ -25,8 +28,6 @@ import { SqliteSignalLogRows } from "./signalLogRows.js";
 import { asDomainError, damagedFileAdvice } from "./storageFaults.js";
 import { SqliteTranscriptRows } from "./transcriptRows.js";
 import { SqliteUpstreamRows } from "./upstreamRows.js";
-import { SqliteTaskRows } from "./taskRows.js";
-import { SqliteDeliveryRows } from "./deliveryRows.js";
 
 interface GroupMember {
   unit: (tx: Tx) => Promise<unknown>;
@@ -66,6 +67,8 @@ export class SqliteStorage implements Storage {
       transcripts: new SqliteTranscriptRows(db),
       settings: new SqliteSettingsRows(db),
       upstream: new SqliteUpstreamRows(db),
+      inbox: new SqliteInboxRows(db),
+      messaging: new SqliteMessagingRows(db),
       tasks: new SqliteTaskRows(db),
       deliveries: new SqliteDeliveryRows(db),
       lock: () => {},

@@ -36,6 +36,7 @@ import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection as ReflectionV1 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ReflectionV1alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { VisibilityMode, type Requester } from "../../../gen/sessionstate/v1/requester_pb.js";
+import { MessagingService } from "../../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js";
@@ -220,6 +221,19 @@ const upstreamRules = serviceRules(UpstreamService, {
   connectNode: { access: "upstream", nodes: (req) => [req.nodeId] },
 });
 
+const messagingRules = serviceRules(MessagingService, {
+  // The sender's Gateway acts for the sender. The target is addressed, not acted for: it is
+  // reached through the requester's visibility for a change (SPEC §4), whatever its agent —
+  // handing a message to another agent's Gateway is what the call is for. The same holds for
+  // watch: true, whose cursor belongs to the sender (its notices go to the sender's agent).
+  sendToSession: { access: "act", agents: (req) => [sessionAgent("requester", req.requester)] },
+  // Authorized on open, for the selected agent or every selected session's agent.
+  streamInbox: { access: "act", agents: (req) => [...(req.agentId === "" ? [] : [req.agentId]), ...keyAgents(...req.sessionKeys)] },
+  ackInbox: { access: "act", agents: (req) => (req.agentId === "" ? [] : [req.agentId]) },
+  // The reply is the responder's act; the service checks that the message was sent to it.
+  replyToMessage: { access: "act", agents: (req) => [sessionAgent("responder", req.responder)] },
+});
+
 // The task registry (SPEC §6). Registering and updating a task acts for its session's agent.
 // A cancel acts for the requester (who must control the task's tree, which the core checks);
 // without a requester it is the operator's, which reaches every agent's tasks (admin only).
@@ -247,6 +261,7 @@ export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...transcriptRules,
   ...watchRules,
   ...upstreamRules,
+  ...messagingRules,
   ...taskRules,
   ...deliveryRules,
 ]);
