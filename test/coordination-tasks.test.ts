@@ -4,7 +4,8 @@
  * session_status's task context; UpsertTask's rules; ListTasks under visibility, the recent
  * window (a moved service clock) and paging; CancelTask inside the tree the requester
  * controls (a leaf refused), idempotent, and the run's end logged as run_failed with outcome
- * cancelled once the Gateway reports it.
+ * cancelled once the Gateway reports it; the cancel request on the StreamInbox of the Gateway
+ * serving the task's agent.
  */
 import { Code, createClient, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -12,6 +13,7 @@ import { EventKind, RunOutcome, ActorType } from "../gen/sessionstate/v1/event_p
 import { VisibilityMode } from "../gen/sessionstate/v1/requester_pb.js";
 import { SessionKind, SpawnRuntime } from "../gen/sessionstate/v1/session_pb.js";
 import { TaskKind, TaskService, TaskState, type Task } from "../gen/sessionstate/v1/task_pb.js";
+import { MessagingService, type StreamInboxResponse } from "../gen/sessionstate/v1/messaging_pb.js";
 import { codeOf, startTestServer, transportFor, type TestServer } from "./support/harness.js";
 import { errorOf, requester } from "./support/sessionTools.js";
 
@@ -234,5 +236,57 @@ describe("CancelTask", () => {
   it("a deleted session takes its tasks with it", async () => {
     await t.sessions.deleteSession({ session: { sessionKey: SIBLING } });
     expect(await codeOf(tasks.cancelTask({ taskId: "run-sibling" }))).toBe(Code.NotFound);
+  });
+});
+
+describe("the cancel request", () => {
+  it("reaches the StreamInbox of the Gateway serving the task's agent, once, naming the task and who asked", async () => {
+    // A child of main that runs under agent ops: ops's Gateway runs it.
+    const HELPER = "agent:ops:subagent:helper";
+    await t.sessions.spawnSession({ parent: { sessionKey: MAIN }, childSessionKey: HELPER, childRunId: "run-helper" });
+    const inbox = createClient(MessagingService, transportFor(t.url));
+    const abort = new AbortController();
+    const opsStream = inbox.streamInbox({ agentId: "ops" }, { signal: abort.signal })[Symbol.asyncIterator]();
+    const next = async (): Promise<StreamInboxResponse> => {
+      for (;;) {
+        const { value, done } = await opsStream.next();
+        if (done) throw new Error("the inbox stream ended");
+        if (value.message.case !== "heartbeat") return value;
+      }
+    };
+    try {
+      expect((await next()).message).toMatchObject({ case: "replayComplete", value: { pending: 0 } });
+      const res = await tasks.cancelTask({ requester: requester(MAIN), taskId: "run-helper" });
+      const { message } = await next();
+      expect(message.case).toBe("item");
+      const item = message.value as Extract<StreamInboxResponse["message"], { case: "item" }>["value"];
+      expect(item.itemId).toBe(res.cancelRequestId);
+      expect(item.session).toMatchObject({ sessionKey: HELPER, agentId: "ops" });
+      expect(item.item).toMatchObject({
+        case: "cancelRequest",
+        value: { taskId: "run-helper", runId: "run-helper", session: { sessionKey: HELPER, agentId: "ops" }, requestedBy: { sessionKey: MAIN, agentId: "main" } },
+      });
+      // Asked again: nothing new is queued; the Gateway acks the one request it got.
+      expect((await tasks.cancelTask({ requester: requester(MAIN), taskId: "run-helper" })).alreadyRequested).toBe(true);
+      expect((await inbox.ackInbox({ agentId: "ops", itemIds: [item.itemId] })).results).toEqual([expect.objectContaining({ itemId: item.itemId, acked: true })]);
+    } finally {
+      abort.abort();
+    }
+    // Main's Gateway holds the requests for main's tasks (the earlier cancels), not this one.
+    const mainAbort = new AbortController();
+    const mainTasks: string[] = [];
+    try {
+      for await (const m of inbox.streamInbox({ agentId: "main" }, { signal: mainAbort.signal })) {
+        if (m.message.case === "replayComplete") break;
+        if (m.message.case === "item" && m.message.value.item.case === "cancelRequest") mainTasks.push(m.message.value.item.value.taskId);
+      }
+    } finally {
+      mainAbort.abort();
+    }
+    expect(mainTasks.sort()).toEqual(["run-leaf", "run-orch", "run-sibling"]);
+    // The Gateway stops the run and reports it: run_failed with outcome cancelled on the helper.
+    const ended = await tasks.upsertTask({ taskId: "run-helper", session: { sessionKey: HELPER }, state: TaskState.CANCELED });
+    const changes = await t.state.getStatus({ session: { sessionKey: HELPER }, changesSince: ended.runEndSequence - 1n });
+    expect(changes.stateChanges!.events.map((e) => [e.kind, e.payload?.outcome])).toEqual([[EventKind.RUN_FAILED, RunOutcome.CANCELLED]]);
   });
 });
