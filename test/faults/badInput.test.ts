@@ -496,6 +496,7 @@ const MULTI_LINE_FIELDS = new Set([
   "sessionstate.v1.ToolResultBlock.text",
   "sessionstate.v1.ThinkingBlock.text",
   "sessionstate.v1.HumanTurn.text",
+  "sessionstate.v1.CapturedReply.text",
 ]);
 const FORMAT_FIELDS = new Set(["agent_id", "target_agent_id", "source_agent_id", "node_id", "catalog", "context_key", "page_token"]);
 
@@ -669,6 +670,34 @@ const VALID_REQUESTS: Record<string, Json | Json[]> = {
   },
   "sessionstate.v1.UpstreamService/UnlinkUpstream": { session: FUZZ_MAIN, linkId: "lnk_nothing" },
   "sessionstate.v1.UpstreamService/ListUpstreamLinks": { agentId: "fuzz", session: FUZZ_MAIN, nodeId: "node-a", limit: 10 },
+  "sessionstate.v1.TaskService/UpsertTask": {
+    taskId: "fuzz-task",
+    session: FUZZ_MAIN,
+    kind: "TASK_KIND_CLI",
+    state: "TASK_STATE_WORKING",
+    runId: "run-fuzz",
+    summary: "npm test",
+    statusMessage: "running",
+  },
+  "sessionstate.v1.TaskService/ListTasks": { requester: FUZZ_REQUESTER, session: FUZZ_MAIN, states: ["TASK_STATE_WORKING"], kinds: ["TASK_KIND_CLI"], pageSize: 10 },
+  "sessionstate.v1.TaskService/CancelTask": { requester: FUZZ_REQUESTER, taskId: "fuzz-task" },
+  "sessionstate.v1.DeliveryService/ReserveDelivery": {
+    operationId: "fuzz-op",
+    session: FUZZ_MAIN,
+    conversationRef: "conv:1",
+    transportMessageId: "tm-1",
+    route: ROUTE,
+    intent: "AQID",
+    expectReply: true,
+  },
+  "sessionstate.v1.DeliveryService/CompleteDelivery": {
+    agentId: "fuzz",
+    operationId: "fuzz-op",
+    outcome: "DELIVERY_STATE_DELIVERED",
+    transportReceipt: "tg-1",
+    reply: { text: "thanks", messageId: "r-1" },
+  },
+  "sessionstate.v1.DeliveryService/ListPendingDeliveries": { agentIds: ["fuzz"], pageSize: 10 },
   "sessionstate.v1.UpstreamService/ConnectNode": [
     { nodeId: "node-a", hello: { software: "fuzz" } },
     {
