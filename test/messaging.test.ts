@@ -19,6 +19,8 @@ import { VisibilityMode } from "../gen/sessionstate/v1/requester_pb.js";
 import { SessionKind } from "../gen/sessionstate/v1/session_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
 import type { SendToSessionRequestSchema } from "../gen/sessionstate/v1/messaging_pb.js";
+import { enqueueInboxItem } from "../src/core/coordination/inbox.js";
+import { InboxSubscription } from "../src/client/inboxSubscription.js";
 import { InboxStream } from "./support/inbox.js";
 import { NoticeStream } from "./support/notices.js";
 import { codeOf, startTestServer, type TestServer } from "./support/harness.js";
@@ -286,6 +288,73 @@ describe("SendToSession and the inbox", () => {
     expect(fromGlobal.status).toBe(SendStatus.ACCEPTED);
     expect(fromGlobal.watched).toBe(false);
     expect(fromGlobal.watchReason).toContain("not an agent-qualified session key");
+  });
+});
+
+describe("the inbox for other senders, and InboxSubscription", () => {
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({ heartbeatMs: 60_000 });
+    await register(t);
+  });
+  afterAll(async () => t?.stop());
+
+  it("carries a cancel request queued by another module inside its own write unit", async () => {
+    const ops = new InboxStream(t.messaging, { sessionKeys: [OPS] });
+    try {
+      await ops.ready();
+      const queued = await t.server.core.store.write((ctx) =>
+        enqueueInboxItem(ctx, {
+          recipient: { agentId: "ops", sessionKey: OPS },
+          payload: {
+            kind: "cancel_request",
+            cancel: { taskId: "task-1", runId: "run-9", session: { agentId: "ops", sessionKey: OPS }, requestedBy: { agentId: "main", sessionKey: MAIN } },
+          },
+        }),
+      );
+      expect(queued.itemId).toMatch(/^inb_[0-9a-f]{32}$/);
+      const item = await ops.nth(1);
+      expect(item.itemId).toBe(queued.itemId);
+      expect(item.item.case).toBe("cancelRequest");
+      if (item.item.case === "cancelRequest") {
+        expect(item.item.value).toMatchObject({ taskId: "task-1", runId: "run-9", session: { sessionKey: OPS, agentId: "ops" }, requestedBy: { sessionKey: MAIN } });
+      }
+      await ops.ackAll("ops");
+    } finally {
+      await ops.close();
+    }
+  });
+
+  it("InboxSubscription hands each item over once, acks after the handler, and leaves an item whose handler threw", async () => {
+    const quiet = { info() {}, warn() {}, error() {} };
+    const sent = [await t.messaging.sendToSession(toOps({ text: "fine" })), await t.messaging.sendToSession(toOps({ text: "explodes" }))];
+    const handed: string[] = [];
+    const first = new InboxSubscription(t.messaging, {
+      agentId: "ops",
+      logger: quiet,
+      handle(item) {
+        handed.push(item.itemId);
+        if (item.item.case === "message" && item.item.value.text === "explodes") throw new Error("turn failed");
+      },
+    });
+    const acked: string[] = [];
+    first.on("acked", (id) => acked.push(id));
+    const deadline = Date.now() + 10_000;
+    while (acked.length < 1 || handed.length < 2) {
+      if (Date.now() > deadline) throw new Error(`handed ${handed.length}, acked ${acked.length}`);
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await first.close();
+    expect(handed).toHaveLength(2);
+    // The item whose handler threw is still queued: the next subscription gets it, and only it.
+    const again: string[] = [];
+    const second = new InboxSubscription(t.messaging, { agentId: "ops", logger: quiet, handle: (item) => void again.push(item.item.case === "message" ? item.item.value.messageId : "") });
+    while (again.length < 1) {
+      if (Date.now() > deadline) throw new Error("the failed item was not handed over again");
+      await new Promise((r) => setTimeout(r, 20));
+    }
+    await second.close();
+    expect(again).toEqual([sent[1].messageId]);
   });
 });
 

@@ -8,6 +8,9 @@
  * - none is handled twice: the subscription reconnects and the replay of items it already
  *   holds is recognised by their stable ids;
  * - items acked before the kill are never delivered again.
+ *
+ * And a first reply held for a sender whose SendToSession died with the process reaches the
+ * sender's inbox, marked late, shortly after that call's deadline.
  */
 import { afterAll, describe, expect, it } from "vitest";
 import { join } from "node:path";
@@ -119,6 +122,60 @@ describe("kill -9 with queued inbox items", () => {
       await subscription.close();
       sender.close();
       gateway.close();
+      await server.stop();
+    }
+  });
+
+  it("a first reply held for a sender whose process died reaches its inbox after the wait's deadline", { timeout: 120_000 }, async () => {
+    const port = await stablePort();
+    const db = join(dir.path, "held.db");
+    // One turn: the first reply ends the exchange, so it would go back in the waiting answer.
+    const args = ["--max-reply-turns", "1"];
+    let server: ServerProcess = await startServerProcess({ port, db, args });
+    const clients = createGatewayClients(server.url);
+    try {
+      await clients.sessions.upsertSession({ session: { sessionKey: "agent:main:main" }, kind: SessionKind.MAIN });
+      await clients.sessions.upsertSession({ session: { sessionKey: "agent:ops:main" }, kind: SessionKind.MAIN });
+      const opsStream = new AbortController();
+      const waiting = clients.messaging
+        .sendToSession({
+          requester: { sessionKey: "agent:main:main", visibility: VisibilityMode.ALL },
+          target: { case: "session", value: { sessionKey: "agent:ops:main" } },
+          text: "answer me",
+          timeoutSeconds: 4,
+        })
+        .catch((err: unknown) => err);
+      let messageId = "";
+      for await (const msg of clients.messaging.streamInbox({ agentId: "ops" }, { signal: opsStream.signal })) {
+        if (msg.message.case === "item" && msg.message.value.item.case === "message") {
+          messageId = msg.message.value.item.value.messageId;
+          break;
+        }
+      }
+      opsStream.abort();
+      // The service dies with the sender's call waiting in it.
+      await server.kill9();
+      await waiting;
+      server = await startServerProcess({ port, db, args });
+      // The reply comes before the wait's deadline: it is held for a call that no longer exists…
+      const replied = await clients.messaging.replyToMessage({ messageId, responder: { sessionKey: "agent:ops:main" }, text: "here you go" });
+      expect(replied.exchange?.turns).toBe(1);
+      // …and released to main's inbox shortly after the deadline.
+      const started = Date.now();
+      const inbox = new AbortController();
+      let late: InboxItem | undefined;
+      for await (const msg of clients.messaging.streamInbox({ agentId: "main" }, { signal: inbox.signal, timeoutMs: 20_000 })) {
+        if (msg.message.case === "item") {
+          late = msg.message.value;
+          break;
+        }
+      }
+      inbox.abort();
+      expect(late?.item.case).toBe("reply");
+      if (late?.item.case === "reply") expect(late.item.value).toMatchObject({ late: true, reply: { text: "here you go", inReplyTo: messageId } });
+      expect(Date.now() - started).toBeLessThan(15_000);
+    } finally {
+      clients.close();
       await server.stop();
     }
   });
