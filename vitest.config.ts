@@ -8,6 +8,7 @@ import { defineConfig } from "vitest/config";
  */
 const BOTH_BACKENDS = [
   "test/contract*.test.ts",
+  "test/messaging*.test.ts",
   "test/signal-log.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",

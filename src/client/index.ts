@@ -1,7 +1,7 @@
 /**
  * The client of sessionstate for Gateways (published as @sessionstate/client): the generated
  * messages, enums and service descriptors of every sessionstate.v1 service, clients over one
- * connection, best-effort recording and the notice subscription.
+ * connection, best-effort recording, the notice subscription and the inbox subscription.
  */
 export { createClient, Code, ConnectError, type Client, type CallOptions, type Interceptor, type Transport } from "@connectrpc/connect";
 export * from "../../gen/sessionstate/v1/event_pb.js";
@@ -41,3 +41,9 @@ export {
   type SubscriptionState,
   type WatchClient,
 } from "./noticeSubscription.js";
+export {
+  InboxSubscription,
+  type InboxSubscriptionEvents,
+  type InboxSubscriptionOptions,
+  type MessagingClient,
+} from "./inboxSubscription.js";

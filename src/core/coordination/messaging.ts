@@ -11,8 +11,9 @@
  * - the first reply is also what a waiting SendToSession returns. When that reply ends the
  *   exchange and the sender still waits, it is held for the waiting call instead of being
  *   queued; a sender that stopped waiting (its timeout, a cancelled call, a stopped process)
- *   gets it in its inbox as a late reply — at once, or at the next sweep of held replies
- *   (start-up and the pruning pass) when its process went away.
+ *   gets it in its inbox as a late reply — at once, or, when the waiting call went away with
+ *   its process, by a sweep of held replies: shortly after the call's deadline in the process
+ *   that stored the reply, at start-up, and with every pruning pass.
  *
  * A waiting call learns of the reply through wake-ups (topic `exchanges`, key = exchange id),
  * in this process after commit and from other replicas through the backend, and re-reads the
@@ -40,6 +41,8 @@ export const MAX_MESSAGE_BYTES_LIMIT = 1024 * 1024;
 /** The wake-up topic of exchanges: keys are exchange ids that have a new reply. */
 export const EXCHANGES_TOPIC = "exchanges";
 
+/** How long after a waiting sender's deadline its held reply is released, when its call is gone. */
+const SWEEP_SLACK_MS = 1_000;
 /** Held replies released per transaction by the sweep. */
 const SWEEP_BATCH = 100;
 /** Ended exchanges removed per transaction by pruning. */
@@ -109,6 +112,8 @@ export class Messaging {
   private readonly store: WatchableStore;
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly stops: (() => void)[];
+  private readonly sweeps = new Set<NodeJS.Timeout>();
+  private closed = false;
 
   constructor(options: MessagingOptions) {
     this.tools = options.tools;
@@ -328,10 +333,23 @@ export class Messaging {
       return m && (await tx.messaging.exchange(m.exchangeId));
     });
     if (!found) throw notFound(`message "${request.messageId}" is not known`);
-    return this.store.write((ctx) => this.replyUnit(ctx, request, responder), { lock: [found.sender, found.target] });
+    const { result, heldUntil } = await this.store.write((ctx) => this.replyUnit(ctx, request, responder), { lock: [found.sender, found.target] });
+    // Held for a waiting sender: if that call is gone by its deadline, the reply goes to its inbox then.
+    if (heldUntil !== undefined) this.sweepAt(heldUntil);
+    return result;
   }
 
-  private async replyUnit(ctx: WriteContext, request: ReplyRequest, responder: SessionId): Promise<ReplyResult> {
+  /** Releases held replies shortly after `deadline` (service clock), unless closed by then. */
+  private sweepAt(deadline: number): void {
+    const timer = setTimeout(() => {
+      this.sweeps.delete(timer);
+      if (!this.closed) void this.releaseHeldReplies().catch(() => undefined); // the pruning pass retries
+    }, Math.max(0, deadline - this.tools.state.now()) + SWEEP_SLACK_MS);
+    timer.unref();
+    this.sweeps.add(timer);
+  }
+
+  private async replyUnit(ctx: WriteContext, request: ReplyRequest, responder: SessionId): Promise<{ result: ReplyResult; heldUntil?: number }> {
     const m = await ctx.tx.messaging.message(request.messageId);
     const x = m && (await ctx.tx.messaging.exchange(m.exchangeId));
     if (!m || !x) throw notFound(`message "${request.messageId}" is not known`);
@@ -343,7 +361,7 @@ export class Messaging {
     const earlier = await ctx.tx.messaging.messageAtTurn(x.exchangeId, m.turn + 1);
     if (earlier) {
       const ended = x.end !== "" && x.turns === earlier.turn;
-      return { outcome: ended ? "ended" : "forwarded", replyMessageId: earlier.messageId, exchange: statusOf(x), duplicate: true };
+      return { result: { outcome: ended ? "ended" : "forwarded", replyMessageId: earlier.messageId, exchange: statusOf(x), duplicate: true } };
     }
     if (x.end !== "") throw failedPrecondition(`exchange "${x.exchangeId}" ended (${x.end}) before this reply: nothing is expected`);
     if (m.turn !== x.turns) throw failedPrecondition(`message "${m.messageId}" is not the newest of exchange "${x.exchangeId}"`);
@@ -379,7 +397,10 @@ export class Messaging {
     }
     await ctx.tx.messaging.updateExchange(next);
     ctx.wake(EXCHANGES_TOPIC, [x.exchangeId]);
-    return { outcome: end === "" ? "forwarded" : "ended", replyMessageId: reply.messageId, exchange: statusOf(next), duplicate: false };
+    return {
+      result: { outcome: end === "" ? "forwarded" : "ended", replyMessageId: reply.messageId, exchange: statusOf(next), duplicate: false },
+      heldUntil: next.heldReply !== "" ? next.waitUntil : undefined,
+    };
   }
 
   // ---- The inbox --------------------------------------------------------------------------------------
@@ -389,14 +410,15 @@ export class Messaging {
     const checked = checkInboxAck(agentId, itemIds);
     return this.store.write(async (ctx) => {
       const outcomes = await ackInboxItems(ctx, checked.agentId, checked.itemIds);
-      for (const o of outcomes) {
-        if (o.item?.payload.kind !== "message") continue;
-        const taken = o.item.payload.message;
-        const x = await ctx.tx.messaging.exchange(taken.exchangeId);
-        if (!x || x.state !== "submitted" || x.turns !== taken.turn || !sameSession(taken.recipient, x.target)) continue;
-        await ctx.tx.lock([x.sender, x.target]);
-        const fresh = await ctx.tx.messaging.exchange(taken.exchangeId);
-        if (fresh?.state === "submitted" && fresh.turns === taken.turn) await ctx.tx.messaging.updateExchange({ ...fresh, state: "working", updatedAt: ctx.now });
+      const taken = outcomes.flatMap((o) => (o.item?.payload.kind === "message" ? [o.item.payload.message] : []));
+      if (taken.length === 0) return outcomes;
+      // Every exchange's sessions locked in one sorted pass, then each re-read under its lock.
+      await ctx.tx.lock(taken.flatMap((m) => [m.sender, m.recipient]));
+      for (const m of taken) {
+        const x = await ctx.tx.messaging.exchange(m.exchangeId);
+        if (x?.state === "submitted" && x.turns === m.turn && sameSession(m.recipient, x.target)) {
+          await ctx.tx.messaging.updateExchange({ ...x, state: "working", updatedAt: ctx.now });
+        }
       }
       return outcomes;
     });
@@ -448,7 +470,10 @@ export class Messaging {
   }
 
   close(): void {
+    this.closed = true;
     for (const stop of this.stops) stop();
+    for (const timer of this.sweeps) clearTimeout(timer);
+    this.sweeps.clear();
   }
 }
 
