@@ -8,12 +8,14 @@ import { defineConfig } from "vitest/config";
  */
 const BOTH_BACKENDS = [
   "test/contract*.test.ts",
+  "test/messaging*.test.ts",
   "test/signal-log.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
   "test/event-wire.test.ts",
   "test/session-*.test.ts",
   "test/transcript-*.test.ts",
+  "test/coordination-*.test.ts",
   "test/visibility.test.ts",
   "test/upstream-monitor.test.ts",
   "test/upstream-parity.test.ts",
