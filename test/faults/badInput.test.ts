@@ -763,6 +763,7 @@ const MESSAGE_CONTENT = new Set([
   "transcript_messages.content",
   "transcript_messages.search_text",
   "inter_session_messages.text",
+  "inter_session_messages.text_json",
   // An inbox item's payload (JSON), which carries a message's text.
   "inbox_items.body",
 ]);
