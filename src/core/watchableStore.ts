@@ -78,7 +78,7 @@ export class WatchableStore {
   /** This process's live notice subscribers. */
   readonly bus = new NoticeBus();
   /** Events by sequence, for reads that need only the sequences from the database. */
-  readonly events = new EventCache();
+  readonly events: EventCache;
   private fanOutStep?: FanOutStep;
   /** Unfinished fan-outs: target → where to go on (the lowest watcher key asked for). */
   private readonly fanOutQueue = new Map<string, { target: SessionId; after: string }>();
@@ -92,7 +92,11 @@ export class WatchableStore {
     readonly metrics: CoreMetrics = NO_METRICS,
     /** Where a failed background step is reported (the fan-out resumes at the next start-up). */
     private readonly onBackgroundError: (err: unknown) => void = () => {},
-  ) {}
+    /** Events kept in memory (eventCache.ts); tests use a small cache to exercise eviction. */
+    eventCacheCapacity?: number,
+  ) {
+    this.events = new EventCache(eventCacheCapacity);
+  }
 
   /** The fan-out continuation (noticeProtocol.ts registers it; kept out of this module's imports). */
   setFanOutStep(step: FanOutStep): void {

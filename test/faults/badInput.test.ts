@@ -496,6 +496,9 @@ const MULTI_LINE_FIELDS = new Set([
   "sessionstate.v1.ToolResultBlock.text",
   "sessionstate.v1.ThinkingBlock.text",
   "sessionstate.v1.HumanTurn.text",
+  // The delegated task: the first "[Subagent Task]" message of the child's transcript.
+  "sessionstate.v1.SpawnSessionRequest.task",
+  // An inter-session message or reply (MessagingService).
   "sessionstate.v1.SendToSessionRequest.text",
   "sessionstate.v1.ReplyToMessageRequest.text",
 ]);
