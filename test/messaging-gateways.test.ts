@@ -65,6 +65,8 @@ describe("two Gateways, main and ops, exchanging messages through the service", 
     expect(first.message.prompt).toMatch(/^\[Inter-session message sourceSession="agent:main:main" sourceAgent="main" sourceTool=sessions_send .* isUser=false\]\nis the deploy green\?$/);
     // Nobody skips: ops answers turns 1, 3, 5, main 2 and 4; the fifth reply ends it at the limit.
     await ops.until(() => endOf(ops, exchangeId) !== undefined, "the fifth reply");
+    // Each process reports its replies in its own time: wait for main's too.
+    await main.until(() => repliesOf(main, exchangeId).length === 2, "main's two replies");
     expect(repliesOf(ops, exchangeId).map((e) => e.result.exchange.turns)).toEqual([1, 3, 5]);
     expect(repliesOf(main, exchangeId).map((e) => e.result.exchange.turns)).toEqual([2, 4]);
     expect(endOf(ops, exchangeId)!.result.exchange).toMatchObject({ state: "EXCHANGE_STATE_COMPLETED", end: "EXCHANGE_END_LIMIT", turns: 5 });
@@ -107,6 +109,7 @@ describe("two Gateways, main and ops, exchanging messages through the service", 
     expect(end.text).toBe("REPLY_SKIP");
     expect(end.result.exchange).toMatchObject({ state: "EXCHANGE_STATE_COMPLETED", end: "EXCHANGE_END_REPLY_SKIP", turns: 2 });
     await ops.until(() => itemsOf(ops, exchangeId).some((i) => i.reply), "the end in ops's inbox");
+    await ops.until(() => repliesOf(ops, exchangeId).length === 1, "ops's one reply");
     expect(repliesOf(ops, exchangeId)).toHaveLength(1);
   });
 

@@ -102,6 +102,17 @@ describe("SendToSession and the inbox", () => {
     expect(main.replayed).toBe(0);
   });
 
+  it("keeps any text as sent, NUL, line breaks and bidi controls included", async () => {
+    const text = "line one\nNUL here: \u0000; bidi \u202e; emoji 🙂";
+    const ops = open({ agentId: "ops" });
+    await ops.ready();
+    const sent = await t.messaging.sendToSession(toOps({ text }));
+    expect(messageOf(await ops.nth(1)).text).toBe(text);
+    await t.messaging.replyToMessage({ messageId: sent.messageId, responder: { sessionKey: OPS }, text: `re: ${text}` });
+    const main = open({ agentId: "main" });
+    expect(messageOf(await main.nth(1)).text).toBe(`re: ${text}`);
+  });
+
   it("replays unacked items on every stream that opens, never twice on one stream, and forgets acked ones", async () => {
     const a = await t.messaging.sendToSession(toOps({ text: "one" }));
     const b = await t.messaging.sendToSession(toOps({ text: "two" }));

@@ -498,6 +498,7 @@ const MULTI_LINE_FIELDS = new Set([
   "sessionstate.v1.HumanTurn.text",
   // The delegated task: the first "[Subagent Task]" message of the child's transcript.
   "sessionstate.v1.SpawnSessionRequest.task",
+  // An inter-session message or reply (MessagingService).
   "sessionstate.v1.SendToSessionRequest.text",
   "sessionstate.v1.ReplyToMessageRequest.text",
   "sessionstate.v1.CapturedReply.text",
@@ -794,6 +795,7 @@ const MESSAGE_CONTENT = new Set([
   "transcript_messages.content",
   "transcript_messages.search_text",
   "inter_session_messages.text",
+  "inter_session_messages.text_json",
   // An inbox item's payload (JSON), which carries a message's text.
   "inbox_items.body",
 ]);

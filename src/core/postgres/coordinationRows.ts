@@ -5,6 +5,10 @@ import type { InboxRow, InboxRows, MessagingRows } from "../storage.js";
 import type { PgConnection } from "./connection.js";
 
 type ItemRow = Parameters<typeof inboxRowOf>[0];
+/** The text is stored JSON-encoded here: a PostgreSQL text value cannot hold NUL. */
+type PgMessageRow = Omit<MessageRow, "text"> & { text_json: string };
+
+const messageOfPg = ({ text_json, ...row }: PgMessageRow) => messageOf({ ...row, text: JSON.parse(text_json) as string });
 
 export class PgInboxRows implements InboxRows {
   constructor(private readonly c: PgConnection) {}
@@ -77,26 +81,26 @@ export class PgMessagingRows implements MessagingRows {
   }
 
   async message(messageId: string): Promise<StoredInterSessionMessage | undefined> {
-    const row = await this.c.one<MessageRow>("messaging.message", `SELECT * FROM inter_session_messages WHERE message_id = $1`, [messageId]);
-    return row && messageOf(row);
+    const row = await this.c.one<PgMessageRow>("messaging.message", `SELECT * FROM inter_session_messages WHERE message_id = $1`, [messageId]);
+    return row && messageOfPg(row);
   }
 
   async messageAtTurn(exchangeId: string, turn: number): Promise<StoredInterSessionMessage | undefined> {
-    const row = await this.c.one<MessageRow>(
+    const row = await this.c.one<PgMessageRow>(
       "messaging.messageAtTurn",
       `SELECT * FROM inter_session_messages WHERE exchange_id = $1 AND turn = $2`,
       [exchangeId, turn],
     );
-    return row && messageOf(row);
+    return row && messageOfPg(row);
   }
 
   async insertMessage(m: StoredInterSessionMessage): Promise<void> {
     await this.c.rows(
       "messaging.insertMessage",
       `INSERT INTO inter_session_messages
-        (message_id, exchange_id, turn, sender_agent_id, sender_key, recipient_agent_id, recipient_key, text, failed, sent_at)
+        (message_id, exchange_id, turn, sender_agent_id, sender_key, recipient_agent_id, recipient_key, text_json, failed, sent_at)
        VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)`,
-      [m.messageId, m.exchangeId, m.turn, m.sender.agentId, m.sender.sessionKey, m.recipient.agentId, m.recipient.sessionKey, m.text, m.failed, m.sentAt],
+      [m.messageId, m.exchangeId, m.turn, m.sender.agentId, m.sender.sessionKey, m.recipient.agentId, m.recipient.sessionKey, JSON.stringify(m.text), m.failed, m.sentAt],
     );
   }
 

@@ -194,7 +194,8 @@ const MIGRATIONS: string[] = [
   ALTER TABLE upstream_links ADD COLUMN session_id text COLLATE "C" NOT NULL DEFAULT '';
   `,
   // Coordination across Gateways (SPEC §6), as in the SQLite schema: every agent's inbox and
-  // the inter-session exchanges with their messages.
+  // the inter-session exchanges with their messages. A message's text is kept JSON-encoded
+  // (text_json), since a PostgreSQL text value cannot hold NUL.
   `
   CREATE TABLE inbox_items (
     sequence     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
@@ -232,7 +233,7 @@ const MIGRATIONS: string[] = [
     sender_key          text COLLATE "C" NOT NULL,
     recipient_agent_id  text COLLATE "C" NOT NULL,
     recipient_key       text COLLATE "C" NOT NULL,
-    text                text NOT NULL,
+    text_json           text NOT NULL,
     failed              boolean NOT NULL DEFAULT false,
     sent_at             bigint NOT NULL,
     UNIQUE (exchange_id, turn)
