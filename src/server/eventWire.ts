@@ -16,12 +16,17 @@ import { SessionStateEventSchema } from "../../gen/sessionstate/v1/event_pb.js";
 import { StateChangesSchema } from "../../gen/sessionstate/v1/state_pb.js";
 import { eventMessage } from "./convert.js";
 import { BoundedMap } from "../core/boundedMap.js";
+import { DEFAULT_EVENT_CACHE_CAPACITY } from "../core/eventCache.js";
 
 /** The field number of `StateChanges.events`, read from the schema so a renumbering cannot go unnoticed. */
 const EVENTS_FIELD = StateChangesSchema.field.events.number;
 
-/** Events kept encoded (about 60 bytes each plus the entry). */
-export const DEFAULT_EVENT_WIRE_CAPACITY = 100_000;
+/**
+ * Events kept encoded: as many as the event cache holds (a read takes both for the same
+ * recent events). Each entry costs a few hundred bytes of heap with its buffer; a larger
+ * cache kept growing the heap (and, with V8's slack, the RSS) for as long as it filled.
+ */
+export const DEFAULT_EVENT_WIRE_CAPACITY = DEFAULT_EVENT_CACHE_CAPACITY;
 
 export class EventWireCache {
   /** Sequence → the event as one `events` field value (length-prefixed message bytes); the oldest go first. */

@@ -303,6 +303,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   metrics.observeService({
     streamSubscribers: () => core.notices.subscriberCount + messaging.inbox.subscriberCount,
     connectedNodes: () => nodes.connections().length,
+    eventCacheEntries: () => core.store.events.size,
     store: core.gauges(),
     databasePath: storage.backend === "sqlite" && databasePath !== ":memory:" ? databasePath : undefined,
   });
