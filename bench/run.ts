@@ -19,6 +19,7 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { benchScanner } from "./scanner.js";
+import { benchCatchUp } from "./catchup.js";
 import { benchHistory } from "./history.js";
 import { LoadClientProcess } from "./clientProcess.js";
 import { benchNotices } from "./notices.js";
@@ -52,7 +53,7 @@ const SECTIONS: Section[] = [
   },
   {
     name: "scanner",
-    description: "upstream transcript scanner MB/s vs wc -l (40 MB synthetic file; --quick 10 MB, --full 200 MB)",
+    description: "upstream transcript scanner MB/s vs wc -l (40 MB synthetic file; --quick 10 MB, --full 200 MB); catch-up of a 24 MiB tool result then a human line (ticks, time)",
     run: async (ctx) => {
       const sizeMB = ctx.full ? 200 : ctx.quick ? 10 : 40;
       const r = await benchScanner({ sizeMB });
@@ -77,6 +78,7 @@ const SECTIONS: Section[] = [
           digits: 1,
         },
         { section: "scanner", metric: "scanner peak RSS (sampled)", value: r.scanner.peakRssMiB, unit: "MiB", digits: 1 },
+        ...(await benchCatchUp()),
       ];
     },
   },
