@@ -20,6 +20,7 @@ import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { benchScanner } from "./scanner.js";
 import { benchCatchUp } from "./catchup.js";
+import { benchPeers } from "./peers.js";
 import { benchHistory } from "./history.js";
 import { LoadClientProcess } from "./clientProcess.js";
 import { benchNotices } from "./notices.js";
@@ -81,6 +82,11 @@ const SECTIONS: Section[] = [
         ...(await benchCatchUp()),
       ];
     },
+  },
+  {
+    name: "peers",
+    description: "single events from 16 concurrent callers: NATS JetStream publish-ack and Redis XADD beside raw AppendEvents, coalesced recordEvent and the no-op RPC",
+    run: benchPeers,
   },
   {
     name: "history",
