@@ -224,7 +224,7 @@ function encode(event: EventInit, lengthPrefixed: boolean): Uint8Array {
     // An empty string in a repeated field is written (it is an element).
     out.buf[out.pos++] = 0x52;
     out.varint(watcherB[i]!);
-    out.pos += out.buf.write(k as string, out.pos, watcherB[i], "utf8");
+    out.pos += out.buf.write(k as string, out.pos, watcherB[i]!, "utf8");
   });
   if (out.pos !== prefix + size) throw new Error(`EventInput encoder wrote ${out.pos} bytes, expected ${prefix + size}`);
   return out.buf;

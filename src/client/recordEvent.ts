@@ -184,7 +184,7 @@ const SPLIT_ON = new Set<Code>([
 interface Queued {
   event: EventInit;
   /** The event's EventInput bytes, preceded by their length (binary clients only). */
-  wire?: Uint8Array;
+  wire?: Uint8Array | undefined;
   bytes: number;
   started: number;
   deadline: number;
