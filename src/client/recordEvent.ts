@@ -104,7 +104,7 @@ export interface CoalesceOptions {
   maxInFlight?: number;
 }
 
-export const DEFAULT_COALESCE: Required<CoalesceOptions> = { maxBatchEvents: 200, maxBatchBytes: 1024 * 1024, maxInFlight: 2 };
+export const DEFAULT_COALESCE: Readonly<Required<CoalesceOptions>> = Object.freeze({ maxBatchEvents: 200, maxBatchBytes: 1024 * 1024, maxInFlight: 2 });
 
 /**
  * State clients whose transport always sends binary protobuf (those createGatewayClients
