@@ -8,6 +8,7 @@ import { defineConfig } from "vitest/config";
  */
 const BOTH_BACKENDS = [
   "test/contract*.test.ts",
+  "test/messaging*.test.ts",
   "test/signal-log.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
@@ -15,6 +16,7 @@ const BOTH_BACKENDS = [
   "test/client-coalescing.test.ts",
   "test/session-*.test.ts",
   "test/transcript-*.test.ts",
+  "test/coordination-*.test.ts",
   "test/visibility.test.ts",
   "test/upstream-monitor.test.ts",
   "test/upstream-parity.test.ts",

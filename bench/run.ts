@@ -23,6 +23,7 @@ import { benchCatchUp } from "./catchup.js";
 import { benchPeers } from "./peers.js";
 import { benchHistory } from "./history.js";
 import { LoadClientProcess } from "./clientProcess.js";
+import { benchMessaging } from "./messaging.js";
 import { benchNotices } from "./notices.js";
 import { benchReplicas } from "./replicas.js";
 import { loadAverage, machineFacts, renderTable, verdictOf, type BenchRow } from "./report.js";
@@ -46,6 +47,11 @@ const SECTIONS: Section[] = [
     name: "notices",
     description: "notice latency (1,000 watchers), fan-out to 10,000 watchers, append throughput with watchers attached",
     run: benchNotices,
+  },
+  {
+    name: "messaging",
+    description: "inter-session messages: send → inbox latency and send-and-wait round trip (p50/p99) vs a no-op RPC",
+    run: benchMessaging,
   },
   {
     name: "replicas",

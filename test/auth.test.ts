@@ -16,12 +16,15 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection } from "../gen/grpc/reflection/v1/reflection_pb.js";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { MessageRole } from "../gen/sessionstate/v1/message_pb.js";
+import { MessagingService } from "../gen/sessionstate/v1/messaging_pb.js";
 import { VisibilityMode } from "../gen/sessionstate/v1/requester_pb.js";
 import { RunResultOutcome, SessionKind, SessionService } from "../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
 import { CheckStatus, UpstreamKind, UpstreamService } from "../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../gen/sessionstate/v1/watch_pb.js";
+import { TaskKind, TaskService } from "../gen/sessionstate/v1/task_pb.js";
+import { DeliveryService, DeliveryState } from "../gen/sessionstate/v1/delivery_pb.js";
 import { createLogger } from "../src/server/logger.js";
 import { POLICY } from "../src/server/auth/policy.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
@@ -127,6 +130,39 @@ fixtures(UpstreamService, {
   unlinkUpstream: { request: { session: { sessionKey: "agent:main:scratch" } }, allowed: ACT },
   listUpstreamLinks: { request: { agentId: "main" }, allowed: READ },
   connectNode: { request: { nodeId: "node-a", message: { case: "hello", value: { software: "auth-test" } } }, allowed: ["node", "admin"] },
+});
+
+const NO_ITEM = `inb_${"0".repeat(32)}`;
+const NO_MESSAGE = `ism_${"0".repeat(32)}`;
+
+fixtures(MessagingService, {
+  // The target is another agent's session, reached through the sender's visibility: only the sender's agent is checked.
+  sendToSession: {
+    request: {
+      requester: { ...MAIN, visibility: VisibilityMode.ALL },
+      target: { case: "session", value: { sessionKey: "agent:ops:main" } },
+      text: "hello ops",
+      timeoutSeconds: 0,
+    },
+    allowed: ACT,
+  },
+  streamInbox: { request: { agentId: "main" }, allowed: ACT },
+  ackInbox: { request: { agentId: "main", itemIds: [NO_ITEM] }, allowed: ACT },
+  replyToMessage: { request: { messageId: NO_MESSAGE, responder: MAIN, text: "done" }, allowed: ACT },
+});
+
+fixtures(TaskService, {
+  upsertTask: { request: { taskId: "auth-task", session: MAIN, kind: TaskKind.CLI }, allowed: ACT },
+  listTasks: { request: { requester: { sessionKey: MAIN.sessionKey } }, allowed: READ },
+  // Without a requester a cancel is the operator's, reaching every agent's tasks: admin only.
+  cancelTask: { request: { requester: { sessionKey: MAIN.sessionKey }, taskId: "auth-task" }, allowed: ACT },
+});
+
+// Owner-only: the agent's own gateway token or admin; readers may not even list.
+fixtures(DeliveryService, {
+  reserveDelivery: { request: { operationId: "auth-op", session: MAIN, conversationRef: "conv" }, allowed: ACT },
+  completeDelivery: { request: { agentId: "main", operationId: "auth-op", outcome: DeliveryState.CANCELED }, allowed: ACT },
+  listPendingDeliveries: { request: { agentIds: ["main"] }, allowed: ACT },
 });
 
 // ---- Calling any method generically ------------------------------------------------------------
@@ -337,6 +373,29 @@ describe("scope rules", () => {
     expect(await denial(as("gateway").watch.listWatchCursors({ selector: { case: "targetSessionKey", value: "agent:ops:main" } }))).toMatch(
       /request targets agent "ops"$/,
     );
+  });
+
+  it("messaging: a send needs the sender's agent only; the inbox and a reply need their own agent", async () => {
+    const gw = as("gateway");
+    const ops = { sessionKey: "agent:ops:main", visibility: VisibilityMode.ALL };
+    // Sending to another agent's session is what the call is for.
+    const sent = await gw.messaging.sendToSession({ requester: { ...MAIN, visibility: VisibilityMode.ALL }, target: { case: "agentId", value: "ops" }, text: "hi", timeoutSeconds: 0 });
+    expect(sent.target?.sessionKey).toBe("agent:ops:main");
+    // Sending as another agent's session is not.
+    expect(await denial(gw.messaging.sendToSession({ requester: ops, target: { case: "session", value: MAIN }, text: "hi", timeoutSeconds: 0 }))).toMatch(
+      /request targets agent "ops"$/,
+    );
+    expect(await denial(gw.messaging.streamInbox({ agentId: "ops" }))).toMatch(/request targets agent "ops"$/);
+    expect(await denial(gw.messaging.streamInbox({ sessionKeys: [MAIN.sessionKey, "agent:ops:main"] }))).toMatch(/request targets agent "ops"$/);
+    expect(await denial(gw.messaging.ackInbox({ agentId: "ops", itemIds: [NO_ITEM] }))).toMatch(/request targets agent "ops"$/);
+    // The reply to main's message belongs to ops: main's gateway cannot give it, ops's can.
+    expect(await denial(gw.messaging.replyToMessage({ messageId: sent.messageId, responder: { sessionKey: "agent:ops:main" }, text: "x" }))).toMatch(
+      /request targets agent "ops"$/,
+    );
+    expect(await denial(as("foreign gateway").messaging.replyToMessage({ messageId: sent.messageId, responder: { sessionKey: "agent:ops:main" }, text: "ok" }))).toBe(
+      "no error",
+    );
+    expect(await denial(as("reader").messaging.streamInbox({ agentId: "main" }))).toMatch(/^PermissionDenied: token "dashboard" has role reader/);
   });
 
   it("spawning a child of another agent needs that agent too", async () => {

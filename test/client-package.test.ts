@@ -52,7 +52,7 @@ describe("@sessionstate/client package", () => {
       expect(packedFiles).toContain(`dist/gen/sessionstate/v1/${name}_pb.js`);
       expect(packedFiles).toContain(`dist/gen/sessionstate/v1/${name}_pb.d.ts`);
     }
-    for (const helper of ["index", "clients", "recordEvent", "noticeSubscription", "bearer", "logger"]) {
+    for (const helper of ["index", "clients", "recordEvent", "noticeSubscription", "inboxSubscription", "bearer", "logger"]) {
       expect(packedFiles).toContain(`dist/src/client/${helper}.js`);
       expect(packedFiles).toContain(`dist/src/client/${helper}.d.ts`);
     }

@@ -78,7 +78,8 @@ describe.each(PROTOCOLS)("session-tool fields over %s", (protocol) => {
     expect(res.session?.sessionKey).toBe(main);
     expect(res.route?.active).toMatchObject(route);
     expect(res.usage).toMatchObject({ inputTokens: 10n, outputTokens: 2n, cacheReadTokens: 5n, contextTokens: 15n, totalTokens: 17n, backfilled: true });
-    expect(res.taskContext).toBeUndefined();
+    // The child's run, registered by the spawn above (SPEC §6 task registry).
+    expect(res.taskContext).toMatchObject({ activeCount: 1, recentFailureCount: 0, summary: "1 active · subagent running: contract task" });
     expect(await codeOf(c.state.getStatus({ session: { sessionKey: group } }))).toBe(Code.NotFound);
     await c.sessions.upsertSession({ session: { sessionKey: group }, kind: SessionKind.GROUP });
     expect((await c.state.getStatus({ session: { sessionKey: group } })).route?.origin?.channel).toBe("telegram");

@@ -90,6 +90,8 @@ describe("GET /metrics", () => {
     // Spawn records child_spawned (and created); the three human writes record one event each.
     expect(all.get("sessionstate_events_appended_total")).toBe(3);
     expect(all.get("sessionstate_append_batch_size_count")).toBe(3);
+    // Every committed event is cached for reads (spawn's own events too).
+    expect(all.get("sessionstate_event_cache_entries")).toBeGreaterThanOrEqual(3);
     expect(all.get("sessionstate_append_batch_size_sum")).toBe(3);
     const commits = all.get("sessionstate_group_commit_units_count")!;
     expect(commits).toBeGreaterThanOrEqual(1);

@@ -23,6 +23,31 @@ async function appendN(key: string, n: number, overrides = {}) {
   return out;
 }
 
+describe("reads through the event cache", () => {
+  it("return every event of a delta longer than the cache, while the read's own fetches evict", async () => {
+    // A cache of 8: the newest events of each session are cached, older ones are fetched,
+    // and putting those in evicts entries the same read had found (the bug this guards).
+    const small = await openCore(undefined, { eventCacheCapacity: 8 });
+    try {
+      const keys = ["agent:main:a", "agent:main:b", "agent:main:c"];
+      const appended = new Map<string, number[]>(keys.map((k) => [k, []]));
+      for (let round = 0; round < 20; round++) {
+        const out = await small.core.appendEvents(keys.map((k) => event(k, { summary: `round ${round}` })));
+        out.forEach((o, i) => appended.get(keys[i])!.push(o.sequence));
+      }
+      for (let pass = 0; pass < 2; pass++) {
+        for (const key of keys) {
+          const status = await small.core.getStatus({ sessionKey: key, agentId: "" }, 0);
+          expect(status.changes!.events.map((e) => e.sequence)).toEqual(appended.get(key));
+          expect(status.changes!.events.map((e) => e.summary)).toEqual(Array.from({ length: 20 }, (_, r) => `round ${r}`));
+        }
+      }
+    } finally {
+      await small.dispose();
+    }
+  });
+});
+
 describe("sequences", () => {
   it("strictly increase across sessions and batches", async () => {
     const a = await f.core.appendEvents([event("agent:main:a"), event("agent:main:b"), event("agent:main:a")]);

@@ -6,6 +6,16 @@ import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import { DAY_MS } from "../core/signalLog.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
+import {
+  DEFAULT_MAX_MESSAGE_BYTES,
+  DEFAULT_MAX_REPLY_TURNS,
+  DEFAULT_MAX_SEND_TIMEOUT_SECONDS,
+  MAX_MESSAGE_BYTES_LIMIT,
+  MAX_REPLY_TURNS_LIMIT,
+  MAX_SEND_TIMEOUT_LIMIT,
+} from "../core/coordination/messaging.js";
+import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
+import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { TokenFile } from "../server/auth/tokens.js";
@@ -31,6 +41,9 @@ export const SETTINGS: Setting[] = [
   { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
   { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
   { flag: "max-spawn-depth", env: "SESSIONSTATE_MAX_SPAWN_DEPTH", description: "Deepest spawn allowed (1 = only top-level sessions spawn); a deeper SpawnSession is FAILED_PRECONDITION", default: String(DEFAULT_MAX_SPAWN_DEPTH) },
+  { flag: "max-reply-turns", env: "SESSIONSTATE_MAX_REPLY_TURNS", description: "Most replies one inter-session exchange takes (the reply loop of sessions_send) before it ends with LIMIT", default: String(DEFAULT_MAX_REPLY_TURNS) },
+  { flag: "max-send-timeout", env: "SESSIONSTATE_MAX_SEND_TIMEOUT_S", description: "Longest wait for a reply a SendToSession may ask (timeout_seconds); more is INVALID_ARGUMENT", default: String(DEFAULT_MAX_SEND_TIMEOUT_SECONDS) },
+  { flag: "max-message-bytes", env: "SESSIONSTATE_MAX_MESSAGE_BYTES", description: "Largest inter-session message or reply text (SendToSession, ReplyToMessage)", default: String(DEFAULT_MAX_MESSAGE_BYTES) },
   { flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
   { flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
   { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
@@ -57,6 +70,13 @@ export const SETTINGS: Setting[] = [
   { flag: "cors-origins", env: "SESSIONSTATE_CORS_ORIGINS", description: "Browser origins allowed by CORS, comma-separated (* = any). None = CORS off", default: "" },
   { flag: "metrics-host", env: "SESSIONSTATE_METRICS_HOST", description: "Interface of the metrics listener (with --metrics-port)", default: "127.0.0.1" },
   { flag: "metrics-port", env: "SESSIONSTATE_METRICS_PORT", description: "Serve /metrics on this port, without a token, instead of on the main port. None = main port", default: "" },
+  { flag: "task-summary-max-chars", env: "SESSIONSTATE_TASK_SUMMARY_MAX_CHARS", description: "Longest task summary (UpsertTask), in characters; longer is INVALID_ARGUMENT", default: String(DEFAULTS.taskSummaryMaxChars) },
+  { flag: "task-list-max", env: "SESSIONSTATE_TASK_LIST_MAX", description: "Most tasks one ListTasks page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.taskListMax) },
+  { flag: "task-recent-minutes", env: "SESSIONSTATE_TASK_RECENT_MINUTES", description: "Minutes a finished task stays recent: listed by ListTasks and counted in session_status's task context", default: String(DEFAULTS.taskRecentMinutes) },
+  { flag: "delivery-intent-max-bytes", env: "SESSIONSTATE_DELIVERY_INTENT_MAX_BYTES", description: "Largest queue intent of a delivery operation (ReserveDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryIntentMaxBytes) },
+  { flag: "delivery-reply-max-bytes", env: "SESSIONSTATE_DELIVERY_REPLY_MAX_BYTES", description: "Largest captured reply text of a delivery operation (CompleteDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryReplyMaxBytes) },
+  { flag: "max-pending-deliveries", env: "SESSIONSTATE_MAX_PENDING_DELIVERIES", description: "Most PENDING delivery operations one agent may have; a new ReserveDelivery beyond it is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxPendingDeliveries) },
+  { flag: "delivery-list-max", env: "SESSIONSTATE_DELIVERY_LIST_MAX", description: "Most operations one ListPendingDeliveries page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryListMax) },
 ];
 
 export class ConfigError extends Error {}
@@ -105,6 +125,9 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     databasePath: database(value("db")),
     poolSize: int("pg-pool-size", 1, 1000),
     maxSpawnDepth: int("max-spawn-depth", 1, MAX_SPAWN_DEPTH_LIMIT),
+    maxReplyTurns: int("max-reply-turns", 1, MAX_REPLY_TURNS_LIMIT),
+    maxSendTimeoutSeconds: int("max-send-timeout", 1, MAX_SEND_TIMEOUT_LIMIT),
+    maxMessageBytes: int("max-message-bytes", 1, MAX_MESSAGE_BYTES_LIMIT),
     retention: { maxAgeMs: int("retention-days", 1, 36500) * DAY_MS, maxRows: int("retention-rows", 1, 1_000_000_000) },
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
@@ -128,6 +151,13 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     idleTimeoutMs: seconds("idle-timeout", 0, 86_400),
     corsOrigins: corsOrigins(value("cors-origins")),
     metricsListener: metricsPort === "" ? undefined : { host: value("metrics-host"), port: int("metrics-port", 0, 65535) },
+    taskSummaryMaxChars: int("task-summary-max-chars", ...TASK_LIMIT_RANGES.summaryMaxChars),
+    taskListMax: int("task-list-max", ...TASK_LIMIT_RANGES.listMax),
+    taskRecentMinutes: int("task-recent-minutes", ...TASK_LIMIT_RANGES.recentMinutes),
+    deliveryIntentMaxBytes: int("delivery-intent-max-bytes", ...DELIVERY_LIMIT_RANGES.intentMaxBytes),
+    deliveryReplyMaxBytes: int("delivery-reply-max-bytes", ...DELIVERY_LIMIT_RANGES.replyMaxBytes),
+    maxPendingDeliveries: int("max-pending-deliveries", ...DELIVERY_LIMIT_RANGES.maxPendingPerAgent),
+    deliveryListMax: int("delivery-list-max", ...DELIVERY_LIMIT_RANGES.listMax),
   };
 }
 

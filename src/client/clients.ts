@@ -13,6 +13,7 @@ import {
 } from "@connectrpc/connect-node";
 import { bearerToken } from "./bearer.js";
 import { markBinaryStateClient } from "./recordEvent.js";
+import { MessagingService } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
@@ -38,6 +39,8 @@ export interface GatewayClients {
   watch: Client<typeof WatchService>;
   transcripts: Client<typeof TranscriptService>;
   upstream: Client<typeof UpstreamService>;
+  /** Inter-session messages and the inbox (SPEC §6). */
+  messaging: Client<typeof MessagingService>;
   /** A client for any service descriptor (e.g. one added after this package) over the same connection. */
   client<S extends DescService>(service: S): Client<S>;
   transport: Transport;
@@ -64,6 +67,7 @@ export function createGatewayClients(baseUrl: string, options: GatewayClientOpti
     watch: createClient(WatchService, transport),
     transcripts: createClient(TranscriptService, transport),
     upstream: createClient(UpstreamService, transport),
+    messaging: createClient(MessagingService, transport),
     client: (service) => createClient(service, transport),
     transport,
     close: () => sessionManager.abort(),

@@ -1,17 +1,20 @@
 /**
  * The client of sessionstate for Gateways (published as @sessionstate/client): the generated
  * messages, enums and service descriptors of every sessionstate.v1 service, clients over one
- * connection, best-effort recording and the notice subscription.
+ * connection, best-effort recording, the notice subscription and the inbox subscription.
  */
 export { createClient, Code, ConnectError, type Client, type CallOptions, type Interceptor, type Transport } from "@connectrpc/connect";
 export * from "../../gen/sessionstate/v1/event_pb.js";
 export * from "../../gen/sessionstate/v1/message_pb.js";
+export * from "../../gen/sessionstate/v1/messaging_pb.js";
 export * from "../../gen/sessionstate/v1/requester_pb.js";
 export * from "../../gen/sessionstate/v1/session_pb.js";
 export * from "../../gen/sessionstate/v1/state_pb.js";
 export * from "../../gen/sessionstate/v1/transcript_pb.js";
 export * from "../../gen/sessionstate/v1/upstream_pb.js";
 export * from "../../gen/sessionstate/v1/watch_pb.js";
+export * from "../../gen/sessionstate/v1/task_pb.js";
+export * from "../../gen/sessionstate/v1/delivery_pb.js";
 export { createGatewayClients, type GatewayClients, type GatewayClientOptions, type Protocol } from "./clients.js";
 export { bearerToken } from "./bearer.js";
 export { jsonLogger, stderrLogger, type ClientLogger } from "./logger.js";
@@ -41,3 +44,9 @@ export {
   type SubscriptionState,
   type WatchClient,
 } from "./noticeSubscription.js";
+export {
+  InboxSubscription,
+  type InboxSubscriptionEvents,
+  type InboxSubscriptionOptions,
+  type MessagingClient,
+} from "./inboxSubscription.js";

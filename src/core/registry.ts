@@ -223,6 +223,7 @@ export async function deleteSession(ctx: WriteContext, session: SessionId): Prom
   await ctx.tx.transcripts.deleteTranscriptsOf(session);
   await ctx.tx.settings.dropSelection(session);
   await ctx.tx.upstream.deleteLinksOf(session);
+  await ctx.tx.tasks.deleteTasksOf(session);
   await ctx.tx.registry.deleteSession(session);
   const removedEvents = await ctx.tx.log.deleteLog(session);
   const removedCursors = await dropCursorsOfSession(ctx, session);

@@ -172,6 +172,8 @@ export interface SessionStateOptions {
   maxSpawnDepth?: number;
   /** Registers a spawn's task with the task registry, inside the spawn's transaction (spawnTasks.ts). */
   registerSpawnedTask?: SpawnTaskHook;
+  /** Events kept in memory for reads (default DEFAULT_EVENT_CACHE_CAPACITY). */
+  eventCacheCapacity?: number;
 }
 
 /** Pending cursors re-frozen per transaction at start-up. */
@@ -196,7 +198,7 @@ export class SessionState {
     );
     this.clock = () => this.serviceClock.now();
     this.metrics = options.metrics ?? NO_METRICS;
-    this.store = new WatchableStore(options.storage, this.clock, this.metrics, options.onBackgroundError);
+    this.store = new WatchableStore(options.storage, this.clock, this.metrics, options.onBackgroundError, options.eventCacheCapacity);
     installFanOut(this.store);
     // Another replica committed notices for these agents: local subscribers re-read.
     this.stopWakeups = options.storage.onWakeup((topic, agents) => {

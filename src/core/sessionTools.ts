@@ -470,7 +470,8 @@ async function isWatchedGroup(tx: Tx, root: SessionId, target: SessionId): Promi
 
 /** A route as the transport hands it over: every field bounded text. */
 function checkRoute(field: string, route: DeliveryRoute): DeliveryRoute {
-  for (const [name, value] of Object.entries(route)) checkOneLine(`${field}.${name}`, value, 256);
+  // Errors name the contract's field (snake_case), as every other validation message does.
+  for (const [name, value] of Object.entries(route)) checkOneLine(`${field}.${name.replace(/[A-Z]/g, (c) => `_${c.toLowerCase()}`)}`, value, 256);
   return route;
 }
 

@@ -146,20 +146,20 @@ export async function readChanges(
 
 async function cachedEventsAfter(tx: Tx, session: SessionId, after: number, limit: number, cache: EventCache): Promise<SignalEvent[]> {
   const sequences = await tx.log.sequencesAfter(session, after, limit);
-  const missing = sequences.filter((s) => cache.get(s) === undefined);
-  const fetched = new Map<number, SignalEvent>();
+  // Take what the cache holds first: putting the fetched events in may evict entries this
+  // very read found there (the oldest go first, and a long delta reads old events).
+  const events: (SignalEvent | undefined)[] = sequences.map((s) => cache.get(s));
+  const missing = sequences.filter((_, i) => events[i] === undefined);
   if (missing.length > 0) {
-    for (const e of await tx.log.eventsWithSequences(missing)) {
-      fetched.set(e.sequence, e);
-      cache.put(e);
-    }
+    const fetched = new Map<number, SignalEvent>();
+    for (const e of await tx.log.eventsWithSequences(missing)) fetched.set(e.sequence, e);
+    sequences.forEach((s, i) => (events[i] ??= fetched.get(s)));
+    for (const e of fetched.values()) cache.put(e);
   }
-  const events: SignalEvent[] = [];
-  for (const s of sequences) {
-    const e = cache.get(s) ?? fetched.get(s);
-    if (e) events.push(e);
-  }
-  return events;
+  // Both reads ran in one transaction: a listed sequence is always there.
+  const absent = sequences.filter((_, i) => events[i] === undefined);
+  if (absent.length > 0) throw new Error(`events listed but not readable in the same transaction: ${absent.slice(0, 5).join(", ")}`);
+  return events as SignalEvent[];
 }
 
 export interface RetentionPolicy {

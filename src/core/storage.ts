@@ -11,6 +11,7 @@
  * networked one with a promise; rule code always awaits. Storage failures leave a backend
  * as DomainErrors (unavailable, resource_exhausted, data_loss), never as driver errors.
  */
+import type { Exchange, StoredInterSessionMessage } from "./coordination/model.js";
 import type { SessionId } from "./keys.js";
 import type {
   EventDraft,
@@ -29,6 +30,8 @@ import type { ModelSelection } from "./settings/modelRevert.js";
 import type { MessageDraft, MessageUsage, ProvenanceKind, StoredMessage, TranscriptRef } from "./transcript/model.js";
 import type { SearchHitRecord, SearchQuery } from "./transcript/queries.js";
 import type { LinkFilter, UpstreamLink, CheckStatus, UpstreamKind } from "./upstream/model.js";
+import type { TaskFilter, TaskRecord } from "./coordination/taskModel.js";
+import type { DeliveryRecord } from "./coordination/deliveryModel.js";
 
 export type Awaitable<T> = T | Promise<T>;
 
@@ -99,6 +102,10 @@ export interface Tx {
   readonly transcripts: TranscriptRows;
   readonly settings: SettingsRows;
   readonly upstream: UpstreamRows;
+  readonly inbox: InboxRows;
+  readonly messaging: MessagingRows;
+  readonly tasks: TaskRows;
+  readonly deliveries: DeliveryRows;
   /**
    * Takes the per-session write locks of `sessions` (sorted, in one pass) for the rest of the
    * transaction. No-op on SQLite, where a write transaction holds the one write lock.
@@ -346,4 +353,80 @@ export interface CheckAssignmentRow {
   assignedAt: number;
   /** When a replica sent it on the Node's stream; undefined = not sent yet. */
   sentAt?: number;
+}
+
+// ---- Inboxes and inter-session messages (SPEC §6) -------------------------------------------------
+
+/** One queued inbox item; `body` is the item's payload as the core encodes it (JSON). */
+export interface InboxRow {
+  itemId: string;
+  sequence: number;
+  agentId: string;
+  sessionKey: string;
+  kind: string;
+  body: string;
+  enqueuedAt: number;
+}
+
+export interface InboxRows {
+  /** Queues an item; returns its sequence (one global sequence, never reused). */
+  insertItem(row: Omit<InboxRow, "sequence">): Awaitable<number>;
+  /**
+   * The agent's items (of every session, or only of `sessionKeys`) with a sequence above
+   * `afterSequence`, oldest first, at most `limit`.
+   */
+  pendingItems(agentId: string, sessionKeys: readonly string[] | undefined, afterSequence: number, limit: number): Awaitable<InboxRow[]>;
+  /** Removes those of `itemIds` that are in the agent's inbox; returns the removed rows. */
+  deleteItems(agentId: string, itemIds: readonly string[]): Awaitable<InboxRow[]>;
+  countItems(): Awaitable<number>;
+}
+
+export interface MessagingRows {
+  exchange(exchangeId: string): Awaitable<Exchange | undefined>;
+  insertExchange(exchange: Exchange): Awaitable<void>;
+  updateExchange(exchange: Exchange): Awaitable<void>;
+  message(messageId: string): Awaitable<StoredInterSessionMessage | undefined>;
+  /** The exchange's message of that turn (0 = the first message, n = the n-th reply). */
+  messageAtTurn(exchangeId: string, turn: number): Awaitable<StoredInterSessionMessage | undefined>;
+  insertMessage(message: StoredInterSessionMessage): Awaitable<void>;
+  /** Exchanges holding a first reply for a sender that stopped waiting before `now`, at most `limit`. */
+  heldReplies(now: number, limit: number): Awaitable<Exchange[]>;
+  /** Removes ended exchanges last changed before `updatedBefore`, with their messages, at most `limit`; how many. */
+  deleteEndedExchanges(updatedBefore: number, limit: number): Awaitable<number>;
+}
+
+// ---- Task registry (SPEC §6) -------------------------------------------------------------------------
+
+export interface TaskRows {
+  task(taskId: string): Awaitable<TaskRecord | undefined>;
+  insertTask(task: TaskRecord): Awaitable<void>;
+  updateTask(task: TaskRecord): Awaitable<void>;
+  /**
+   * Tasks whose session is registered and matches the filter, newest update first (then task
+   * id), after `filter.after`, at most `filter.limit`.
+   */
+  listTasks(filter: TaskFilter): Awaitable<TaskRecord[]>;
+  /**
+   * The tasks of `session` and of the sessions it spawned directly, active or ended at or
+   * after `endedSince`, newest update first, at most `limit`.
+   */
+  linkedTasks(session: SessionId, endedSince: number, limit: number): Awaitable<TaskRecord[]>;
+  deleteTasksOf(session: SessionId): Awaitable<number>;
+  /** Removes up to `limit` tasks that ended before `endedBefore`; returns how many. */
+  pruneEndedTasks(endedBefore: number, limit: number): Awaitable<number>;
+}
+
+// ---- Delivery operations (SPEC §6) ---------------------------------------------------------------------
+
+export interface DeliveryRows {
+  delivery(agentId: string, operationId: string): Awaitable<DeliveryRecord | undefined>;
+  /** Inserts the operation; its `position` is assigned here (the record's is ignored) and returned. */
+  insertDelivery(delivery: DeliveryRecord): Awaitable<number>;
+  /** Saves state, reservations, receipt, error, reply and completion time. */
+  updateDelivery(delivery: DeliveryRecord): Awaitable<void>;
+  countPending(agentId: string): Awaitable<number>;
+  /** Pending operations of these agents in reservation order, after `afterPosition`, at most `limit`. */
+  pendingDeliveries(agentIds: readonly string[], afterPosition: number, limit: number): Awaitable<DeliveryRecord[]>;
+  /** Removes up to `limit` finished operations completed before `completedBefore`; returns how many. */
+  pruneCompleted(completedBefore: number, limit: number): Awaitable<number>;
 }

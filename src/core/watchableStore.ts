@@ -18,7 +18,7 @@ import { encodeSlice, slicesOf } from "./noticeWakeups.js";
 import { EventCache } from "./eventCache.js";
 import type { Notice, SignalEvent } from "./model.js";
 import { NoticeBus } from "./noticeBus.js";
-import type { Storage, Tx, WriteOptions } from "./storage.js";
+import type { Storage, Tx, WakeupListener, WriteOptions } from "./storage.js";
 import type { CoreMetrics } from "./metrics.js";
 import { NO_METRICS } from "./metrics.js";
 
@@ -33,6 +33,12 @@ export interface WriteContext {
   continueFanOut(target: SessionId, afterWatcher: string): void;
   /** An event this unit appended (kept in the event cache once the transaction commits). */
   appended(event: SignalEvent): void;
+  /**
+   * Wakes whoever waits on `topic` for these keys once the transaction commits: other service
+   * processes (a wake-up through the backend, before the commit) and this process's
+   * listeners (`onLocalWakeup`, after it). Carries no content: the rows stay the truth.
+   */
+  wake(topic: string, keys: readonly string[]): void;
 }
 
 /** Runs the rest of a fan-out: one short write unit per call; returns where to go on, or undefined when done. */
@@ -42,6 +48,7 @@ class UnitContext implements WriteContext {
   readonly notices: Notice[] = [];
   readonly fanOuts: { target: SessionId; after: string }[] = [];
   readonly events: SignalEvent[] = [];
+  readonly wakes = new Map<string, Set<string>>();
   constructor(
     readonly tx: Tx,
     readonly now: number,
@@ -55,6 +62,11 @@ class UnitContext implements WriteContext {
   appended(event: SignalEvent): void {
     this.events.push(event);
   }
+  wake(topic: string, keys: readonly string[]): void {
+    let set = this.wakes.get(topic);
+    if (!set) this.wakes.set(topic, (set = new Set()));
+    for (const k of keys) set.add(k);
+  }
 }
 
 /** The wake-up topic of notices: keys name slices of changed cursors (noticeWakeups.ts). */
@@ -66,12 +78,13 @@ export class WatchableStore {
   /** This process's live notice subscribers. */
   readonly bus = new NoticeBus();
   /** Events by sequence, for reads that need only the sequences from the database. */
-  readonly events = new EventCache();
+  readonly events: EventCache;
   private fanOutStep?: FanOutStep;
   /** Unfinished fan-outs: target → where to go on (the lowest watcher key asked for). */
   private readonly fanOutQueue = new Map<string, { target: SessionId; after: string }>();
   private fanOutRunning?: Promise<void>;
   private closed = false;
+  private readonly localWakeups = new Set<WakeupListener>();
 
   constructor(
     readonly storage: Storage,
@@ -79,7 +92,11 @@ export class WatchableStore {
     readonly metrics: CoreMetrics = NO_METRICS,
     /** Where a failed background step is reported (the fan-out resumes at the next start-up). */
     private readonly onBackgroundError: (err: unknown) => void = () => {},
-  ) {}
+    /** Events kept in memory (eventCache.ts); tests use a small cache to exercise eviction. */
+    eventCacheCapacity?: number,
+  ) {
+    this.events = new EventCache(eventCacheCapacity);
+  }
 
   /** The fan-out continuation (noticeProtocol.ts registers it; kept out of this module's imports). */
   setFanOutStep(step: FanOutStep): void {
@@ -97,6 +114,7 @@ export class WatchableStore {
       ctx = new UnitContext(tx, this.clock());
       const value = await unit(ctx);
       if (ctx.notices.length > 0) await tx.announce(NOTICES_TOPIC, slicesOf(ctx.notices).map(encodeSlice));
+      for (const [topic, keys] of ctx.wakes) await tx.announce(topic, [...keys]);
       return value;
     }, options);
     this.publish(ctx);
@@ -114,6 +132,16 @@ export class WatchableStore {
       this.metrics.noticesFannedOut((performance.now() - started) / 1000);
     }
     for (const f of ctx.fanOuts) this.scheduleFanOut(f.target, f.after);
+    for (const [topic, keys] of ctx.wakes) {
+      const list = [...keys];
+      for (const listener of this.localWakeups) listener(topic, list);
+    }
+  }
+
+  /** This process's listeners of committed wake-ups (WriteContext.wake); returns the unsubscribe. */
+  onLocalWakeup(listener: WakeupListener): () => void {
+    this.localWakeups.add(listener);
+    return () => this.localWakeups.delete(listener);
   }
 
   /** Continues (or starts, with "") the fan-out of a target after commit. */

@@ -15,26 +15,33 @@ import type { SignalEvent } from "../core/model.js";
 import { SessionStateEventSchema } from "../../gen/sessionstate/v1/event_pb.js";
 import { StateChangesSchema } from "../../gen/sessionstate/v1/state_pb.js";
 import { eventMessage } from "./convert.js";
+import { BoundedMap } from "../core/boundedMap.js";
+import { DEFAULT_EVENT_CACHE_CAPACITY } from "../core/eventCache.js";
 
 /** The field number of `StateChanges.events`, read from the schema so a renumbering cannot go unnoticed. */
 const EVENTS_FIELD = StateChangesSchema.field.events.number;
 
-/** Events kept encoded (about 60 bytes each plus the entry). */
-export const DEFAULT_EVENT_WIRE_CAPACITY = 100_000;
+/**
+ * Events kept encoded: as many as the event cache holds (a read takes both for the same
+ * recent events). Each entry costs a few hundred bytes of heap with its buffer; a larger
+ * cache kept growing the heap (and, with V8's slack, the RSS) for as long as it filled.
+ */
+export const DEFAULT_EVENT_WIRE_CAPACITY = DEFAULT_EVENT_CACHE_CAPACITY;
 
 export class EventWireCache {
-  /** Sequence → the event as one `events` field value (length-prefixed message bytes). Insertion order = age. */
-  private readonly bySequence = new Map<number, Uint8Array>();
+  /** Sequence → the event as one `events` field value (length-prefixed message bytes); the oldest go first. */
+  private readonly bySequence: BoundedMap<number, Uint8Array>;
 
-  constructor(private readonly capacity = DEFAULT_EVENT_WIRE_CAPACITY) {}
+  constructor(capacity = DEFAULT_EVENT_WIRE_CAPACITY) {
+    this.bySequence = new BoundedMap(capacity);
+  }
 
   /** The `events` field value of one event (its length prefix and message bytes). */
   fieldValue(event: SignalEvent): Uint8Array {
     let bytes = this.bySequence.get(event.sequence);
     if (bytes === undefined) {
       bytes = new BinaryWriter().bytes(toBinary(SessionStateEventSchema, eventMessage(event))).finish();
-      if (this.bySequence.size >= this.capacity) this.bySequence.delete(this.bySequence.keys().next().value as number);
-      this.bySequence.set(event.sequence, bytes);
+      this.bySequence.add(event.sequence, bytes);
     }
     return bytes;
   }

@@ -1,33 +1,124 @@
 /**
- * A notice as protobuf bytes, written field by field: a fan-out can put thousands of notices
- * on one stream at once, and the reflective encoder costs several times more per message
- * than the work itself. Over binary protocols a stream message carries these bytes as the
- * `notice` field (an unknown field with its number, written out verbatim); JSON streams keep
- * the typed path. test/event-wire.test.ts checks both decode to the same message.
+ * A notice as protobuf bytes, written field by field into one buffer: a fan-out can put
+ * thousands of notices on one stream at once, and the reflective encoder costs several times
+ * more per message than the work itself. Over binary protocols a stream message carries these
+ * bytes as the `notice` field (an unknown field with its number, written out verbatim); JSON
+ * streams keep the typed path. test/event-wire.test.ts checks both decode to the same message.
  */
 import type { UnknownField } from "@bufbuild/protobuf";
-import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
+import { WireType } from "@bufbuild/protobuf/wire";
 import type { Notice } from "../core/model.js";
 import { NoticeSchema, StreamNoticesResponseSchema } from "../../gen/sessionstate/v1/watch_pb.js";
 
 const F = NoticeSchema.field;
 const NOTICE_FIELD = StreamNoticesResponseSchema.field.notice.number;
 
-/** Notice bytes exactly as the reflective encoder writes them (proto3: defaults omitted, fields in number order). */
-export function encodeNotice(n: Notice): Uint8Array {
-  const w = new BinaryWriter();
-  if (n.watcherKey !== "") w.tag(F.watcherSessionKey.number, WireType.LengthDelimited).string(n.watcherKey);
-  if (n.targetKey !== "") w.tag(F.targetSessionKey.number, WireType.LengthDelimited).string(n.targetKey);
-  if (n.targetAgentId !== "") w.tag(F.targetAgentId.number, WireType.LengthDelimited).string(n.targetAgentId);
-  if (n.changesSince !== 0) w.tag(F.changesSince.number, WireType.Varint).int64(n.changesSince);
-  if (n.text !== "") w.tag(F.text.number, WireType.LengthDelimited).string(n.text);
-  if (n.contextKey !== "") w.tag(F.contextKey.number, WireType.LengthDelimited).string(n.contextKey);
-  if (n.wake) w.tag(F.wake.number, WireType.Varint).bool(true);
-  if (n.notifiedSequence !== 0) w.tag(F.notifiedSequence.number, WireType.Varint).int64(n.notifiedSequence);
-  return w.finish();
+/** A field's key byte: every Notice field number is below 16, so each key is one byte. */
+const key = (no: number, wireType: WireType) => (no << 3) | wireType;
+const K = {
+  watcher: key(F.watcherSessionKey.number, WireType.LengthDelimited),
+  target: key(F.targetSessionKey.number, WireType.LengthDelimited),
+  targetAgent: key(F.targetAgentId.number, WireType.LengthDelimited),
+  changesSince: key(F.changesSince.number, WireType.Varint),
+  text: key(F.text.number, WireType.LengthDelimited),
+  contextKey: key(F.contextKey.number, WireType.LengthDelimited),
+  wake: key(F.wake.number, WireType.Varint),
+  notified: key(F.notifiedSequence.number, WireType.Varint),
+};
+
+/** Bytes of an unsigned varint (sequences are non-negative integers below 2^53). */
+function varintSize(v: number): number {
+  let n = 1;
+  while (v >= 128) {
+    v = Math.floor(v / 128);
+    n++;
+  }
+  return n;
 }
 
-/** The `notice` field of a StreamNoticesResponse, as an unknown field carrying `n`'s bytes. */
+function writeVarint(buf: Buffer, at: number, v: number): number {
+  while (v >= 128) {
+    buf[at++] = (v % 128) | 128;
+    v = Math.floor(v / 128);
+  }
+  buf[at++] = v;
+  return at;
+}
+
+interface Sized {
+  /** Bytes of the notice message itself. */
+  size: number;
+  lengths: [number, number, number, number, number];
+}
+
+function sizeOf(n: Notice): Sized {
+  const lengths: Sized["lengths"] = [
+    Buffer.byteLength(n.watcherKey),
+    Buffer.byteLength(n.targetKey),
+    Buffer.byteLength(n.targetAgentId),
+    Buffer.byteLength(n.text),
+    Buffer.byteLength(n.contextKey),
+  ];
+  let size = 0;
+  for (const len of lengths) if (len > 0) size += 1 + varintSize(len) + len;
+  if (n.changesSince !== 0) size += 1 + varintSize(n.changesSince);
+  if (n.wake) size += 2;
+  if (n.notifiedSequence !== 0) size += 1 + varintSize(n.notifiedSequence);
+  return { size, lengths };
+}
+
+function writeNotice(buf: Buffer, at: number, n: Notice, lengths: Sized["lengths"]): number {
+  const str = (k: number, s: string, len: number) => {
+    if (len === 0) return;
+    buf[at++] = k;
+    at = writeVarint(buf, at, len);
+    at += buf.write(s, at, len, "utf8");
+  };
+  // Proto3 as the reflective encoder writes it: defaults omitted, fields in number order.
+  str(K.watcher, n.watcherKey, lengths[0]);
+  str(K.target, n.targetKey, lengths[1]);
+  str(K.targetAgent, n.targetAgentId, lengths[2]);
+  if (n.changesSince !== 0) {
+    buf[at++] = K.changesSince;
+    at = writeVarint(buf, at, n.changesSince);
+  }
+  str(K.text, n.text, lengths[3]);
+  str(K.contextKey, n.contextKey, lengths[4]);
+  if (n.wake) {
+    buf[at++] = K.wake;
+    buf[at++] = 1;
+  }
+  if (n.notifiedSequence !== 0) {
+    buf[at++] = K.notified;
+    at = writeVarint(buf, at, n.notifiedSequence);
+  }
+  return at;
+}
+
+/** The same bytes as a plain Uint8Array, the type the protobuf runtime hands around. */
+const plain = (buf: Buffer) => new Uint8Array(buf.buffer, buf.byteOffset, buf.length);
+
+function checkSequences(n: Notice): void {
+  // Sequences are issued from 1 upward; anything else is a bug, not a wire format question.
+  for (const v of [n.changesSince, n.notifiedSequence]) {
+    if (!Number.isSafeInteger(v) || v < 0) throw new Error(`notice sequence out of range: ${v}`);
+  }
+}
+
+/** Notice bytes exactly as the reflective encoder writes them. */
+export function encodeNotice(n: Notice): Uint8Array {
+  checkSequences(n);
+  const { size, lengths } = sizeOf(n);
+  const buf = Buffer.allocUnsafe(size);
+  writeNotice(buf, 0, n, lengths);
+  return plain(buf);
+}
+
+/** The `notice` field of a StreamNoticesResponse, as an unknown field carrying `n`'s bytes (length-prefixed). */
 export function noticeField(n: Notice): UnknownField[] {
-  return [{ no: NOTICE_FIELD, wireType: WireType.LengthDelimited, data: new BinaryWriter().bytes(encodeNotice(n)).finish() }];
+  checkSequences(n);
+  const { size, lengths } = sizeOf(n);
+  const buf = Buffer.allocUnsafe(varintSize(size) + size);
+  writeNotice(buf, writeVarint(buf, 0, size), n, lengths);
+  return [{ no: NOTICE_FIELD, wireType: WireType.LengthDelimited, data: plain(buf) }];
 }

@@ -2,12 +2,21 @@
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { SessionState } from "../core/sessionState.js";
 import type { SessionTools } from "../core/sessionTools.js";
+import type { Messaging } from "../core/coordination/messaging.js";
+import { MessagingService } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
 import { UpstreamService } from "../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
 import type { Logger } from "./logger.js";
+import { messagingService } from "./services/messagingService.js";
+import { TaskService } from "../../gen/sessionstate/v1/task_pb.js";
+import { DeliveryService } from "../../gen/sessionstate/v1/delivery_pb.js";
+import type { Deliveries } from "../core/coordination/deliveries.js";
+import type { TaskRegistry } from "../core/coordination/tasks.js";
+import { taskService } from "./services/taskService.js";
+import { deliveryService } from "./services/deliveryService.js";
 import { sessionService } from "./services/sessionService.js";
 import { stateService } from "./services/stateService.js";
 import { transcriptService } from "./services/transcriptService.js";
@@ -17,7 +26,13 @@ import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
-export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService] as const;
+export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService, MessagingService, TaskService, DeliveryService] as const;
+
+/** The task registry and delivery operations (SPEC §6). */
+export interface CoordinationRoutes {
+  tasks: TaskRegistry;
+  deliveries: Deliveries;
+}
 
 export function routes(
   core: SessionState,
@@ -26,6 +41,8 @@ export function routes(
   tools: SessionTools,
   logger: Logger,
   upstream: UpstreamRouteSettings,
+  messaging: Messaging,
+  coordination: CoordinationRoutes,
 ) {
   return (router: ConnectRouter) => {
     router.service(StateService, stateService(core, tools));
@@ -33,6 +50,9 @@ export function routes(
     router.service(WatchService, watchService(core, streams));
     router.service(TranscriptService, transcriptService(tools));
     router.service(UpstreamService, upstreamService(upstream));
+    router.service(MessagingService, messagingService(core, messaging, streams));
+    router.service(TaskService, taskService(coordination.tasks));
+    router.service(DeliveryService, deliveryService(coordination.deliveries));
     registerHealth(router, health);
     registerReflection(router, [...PRODUCT_SERVICES]);
   };

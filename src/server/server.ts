@@ -12,8 +12,9 @@ import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
-import { noLinkedTasks } from "../core/sessionStatus.js";
-import { registerNoTask } from "../core/spawnTasks.js";
+import { Messaging } from "../core/coordination/messaging.js";
+import { checkTaskLimits, DEFAULT_TASK_LIMITS, linkedTaskSource, spawnTaskHook, TaskRegistry } from "../core/coordination/tasks.js";
+import { checkDeliveryLimits, DEFAULT_DELIVERY_LIMITS, Deliveries } from "../core/coordination/deliveries.js";
 import { createRedactor } from "../core/transcript/redact.js";
 import type { RetentionPolicy } from "../core/signalLog.js";
 import { UpstreamMonitor } from "../core/upstream/monitor.js";
@@ -78,6 +79,12 @@ export interface ServerOptions {
   redactPatterns?: string[];
   /** Deepest SpawnSession allowed (1 = only top-level sessions spawn); default 1. */
   maxSpawnDepth?: number;
+  /** Most replies one inter-session exchange takes (the reply loop); default 5. */
+  maxReplyTurns?: number;
+  /** Longest wait for a reply a SendToSession may ask, in seconds; default 300. */
+  maxSendTimeoutSeconds?: number;
+  /** Largest inter-session message or reply text, in bytes; default 64 KiB. */
+  maxMessageBytes?: number;
   /** Interval of the upstream monitor (SPEC §5); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
@@ -103,6 +110,20 @@ export interface ServerOptions {
   corsOrigins?: string[];
   /** Serve /metrics (and the probes) on this listener, without a token, instead of on the main port. */
   metricsListener?: { host: string; port: number };
+  /** Longest task summary (UpsertTask), in characters; default 280. */
+  taskSummaryMaxChars?: number;
+  /** Most tasks one ListTasks page holds; default 200. */
+  taskListMax?: number;
+  /** Minutes a finished task stays "recent" (listed and in session_status's task context); default 60. */
+  taskRecentMinutes?: number;
+  /** Largest queue intent of a delivery operation, bytes; default 64 KiB. */
+  deliveryIntentMaxBytes?: number;
+  /** Largest captured reply of a delivery operation, bytes; default 64 KiB. */
+  deliveryReplyMaxBytes?: number;
+  /** Most PENDING delivery operations one agent may have; default 10,000. */
+  maxPendingDeliveries?: number;
+  /** Most operations one ListPendingDeliveries page holds; default 1000. */
+  deliveryListMax?: number;
 }
 
 export interface RunningServer {
@@ -111,6 +132,8 @@ export interface RunningServer {
   readonly core: SessionState;
   /** The session tools (transcripts, visibility, patch, groups) over the same database. */
   readonly tools: SessionTools;
+  /** Inter-session messages and the inboxes (SPEC §6). */
+  readonly messaging: Messaging;
   /** The separate metrics listener's URL, when one was asked for. */
   readonly metricsUrl?: string;
   /** Stops accepting, lets in-flight calls finish (streams end with UNAVAILABLE), closes the database. */
@@ -137,6 +160,13 @@ export const DEFAULTS = {
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
+  taskSummaryMaxChars: DEFAULT_TASK_LIMITS.summaryMaxChars,
+  taskListMax: DEFAULT_TASK_LIMITS.listMax,
+  taskRecentMinutes: DEFAULT_TASK_LIMITS.recentMs / 60_000,
+  deliveryIntentMaxBytes: DEFAULT_DELIVERY_LIMITS.intentMaxBytes,
+  deliveryReplyMaxBytes: DEFAULT_DELIVERY_LIMITS.replyMaxBytes,
+  maxPendingDeliveries: DEFAULT_DELIVERY_LIMITS.maxPendingPerAgent,
+  deliveryListMax: DEFAULT_DELIVERY_LIMITS.listMax,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -145,6 +175,18 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const exposure = checkExposure(options.host ?? DEFAULTS.host, options.tokens !== undefined, options.insecure ?? false);
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
+  // And the coordination limits (SPEC §6).
+  const taskLimits = checkTaskLimits({
+    summaryMaxChars: options.taskSummaryMaxChars ?? DEFAULTS.taskSummaryMaxChars,
+    listMax: options.taskListMax ?? DEFAULTS.taskListMax,
+    recentMs: (options.taskRecentMinutes ?? DEFAULTS.taskRecentMinutes) * 60_000,
+  });
+  const deliveryLimits = checkDeliveryLimits({
+    intentMaxBytes: options.deliveryIntentMaxBytes ?? DEFAULTS.deliveryIntentMaxBytes,
+    replyMaxBytes: options.deliveryReplyMaxBytes ?? DEFAULTS.deliveryReplyMaxBytes,
+    maxPendingPerAgent: options.maxPendingDeliveries ?? DEFAULTS.maxPendingDeliveries,
+    listMax: options.deliveryListMax ?? DEFAULTS.deliveryListMax,
+  });
   const databasePath = options.databasePath ?? DEFAULTS.databasePath;
   const metrics = new ServerMetrics();
   const storage = await openStorage({
@@ -163,11 +205,24 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     maxSpawnDepth: options.maxSpawnDepth,
     metrics,
     // The task registry (SPEC §6) registers each spawn's task here, in the spawn's transaction.
-    registerSpawnedTask: registerNoTask,
+    registerSpawnedTask: spawnTaskHook(taskLimits),
     onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
   // The task registry (SPEC §6) fills session_status's linked task context here.
-  const tools = new SessionTools({ state: core, redactor, linkedTasks: noLinkedTasks });
+  const tools = new SessionTools({ state: core, redactor, linkedTasks: linkedTaskSource(taskLimits, () => core.now()) });
+  const tasks = new TaskRegistry(tools, taskLimits);
+  const deliveries = new Deliveries(core.store, deliveryLimits);
+  let messaging: Messaging;
+  try {
+    messaging = new Messaging({
+      tools,
+      maxReplyTurns: options.maxReplyTurns,
+      maxSendTimeoutSeconds: options.maxSendTimeoutSeconds,
+      maxMessageBytes: options.maxMessageBytes,
+    });
+  } catch (err) {
+    return closeAnd(core)(err);
+  }
   const health = new HealthStatus();
   const storageHealth = new StorageHealth(
     storage.description.database,
@@ -204,11 +259,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     try {
       const recovery = await core.recoverPendingNotices();
       logger.info("pending notices recovered", { ...recovery });
+      // First replies held for a waiting SendToSession whose process stopped reach the sender's inbox.
+      const released = await messaging.releaseHeldReplies();
+      if (released > 0) logger.info("held inter-session replies released to inboxes", { released });
     } catch (err) {
       if (!storageHealth.observe(err, "start-up recovery of pending notices")) await closeAnd(core)(err);
     }
   }
-  await runPrune(core, storage, storageHealth, logger);
+  await runPrune(core, messaging, storage, storageHealth, logger, { tasks, deliveries });
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
   const healthTimer = setInterval(() => {
     void storage.ping().then((up) => storageHealth.setReachable(up));
@@ -227,7 +285,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
-    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }),
+    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }),
     interceptors: [errorMapping(logger, storageHealth)],
     // The storage gate runs after authorization, so only an authorized caller learns of the damage.
     afterAuthorization: [storageGate(storageHealth)],
@@ -251,8 +309,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     logger,
   }).catch(closeAnd(core));
   metrics.observeService({
-    streamSubscribers: () => core.notices.subscriberCount,
+    streamSubscribers: () => core.notices.subscriberCount + messaging.inbox.subscriberCount,
     connectedNodes: () => nodes.connections().length,
+    eventCacheEntries: () => core.store.events.size,
     store: core.gauges(),
     databasePath: storage.backend === "sqlite" && databasePath !== ":memory:" ? databasePath : undefined,
   });
@@ -269,7 +328,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   const pruneIntervalMs = options.pruneIntervalMs ?? DEFAULTS.pruneIntervalMs;
   const pruneTimer =
-    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, storage, storageHealth, logger), pruneIntervalMs).unref() : undefined;
+    pruneIntervalMs > 0 ? setInterval(() => void runPrune(core, messaging, storage, storageHealth, logger, { tasks, deliveries }), pruneIntervalMs).unref() : undefined;
   upstreamLoop.start();
   logger.info("upstream monitor started", { intervalMs: upstreamIntervalMs, localRoot: options.upstreamRoot ?? null });
 
@@ -288,11 +347,12 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       const grace = options.shutdownGraceMs ?? DEFAULTS.shutdownGraceMs;
       await door.close(grace);
       await upstreamStopped;
+      messaging.close();
       await core.close();
       logger.info("stopped", { url });
     })());
 
-  return { port: door.port, url, metricsUrl: door.metricsUrl, core, tools, close };
+  return { port: door.port, url, metricsUrl: door.metricsUrl, core, tools, messaging, close };
 }
 
 function logExposure(logger: Logger, kind: Exposure["kind"], url: string, tokens: Authenticator | undefined): void {
@@ -310,12 +370,28 @@ function closeAnd(core: SessionState) {
 }
 
 /** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7); never on a damaged database. */
-async function runPrune(core: SessionState, storage: Storage, storageHealth: StorageHealth, logger: Logger): Promise<void> {
+async function runPrune(
+  core: SessionState,
+  messaging: Messaging,
+  storage: Storage,
+  storageHealth: StorageHealth,
+  logger: Logger,
+  coordination: { tasks: TaskRegistry; deliveries: Deliveries },
+): Promise<void> {
   if (storageHealth.damaged) return;
   try {
     if (!(await storage.leadership("prune").isLeader())) return;
     const report = await core.pruneSignalLog();
     if (report.removedEvents > 0 || report.removedCursors > 0) logger.info("signal log pruned", { ...report });
+    // Ended exchanges go with the log's retention; held replies whose sender went away are released.
+    const exchanges = await messaging.pruneExchanges(core.now() - core.retention.maxAgeMs);
+    const released = await messaging.releaseHeldReplies();
+    if (exchanges > 0 || released > 0) logger.info("inter-session exchanges pruned", { removed: exchanges, releasedReplies: released });
+    // Finished tasks and completed delivery operations are kept as long as the log's events.
+    const before = core.now() - core.retention.maxAgeMs;
+    const removedTasks = await coordination.tasks.pruneEnded(before);
+    const removedDeliveries = await coordination.deliveries.pruneCompleted(before);
+    if (removedTasks > 0 || removedDeliveries > 0) logger.info("finished tasks and deliveries pruned", { removedTasks, removedDeliveries });
   } catch (err) {
     if (!storageHealth.observe(err, "pruning")) logger.error("pruning failed", { error: String(err) });
   }

@@ -496,6 +496,12 @@ const MULTI_LINE_FIELDS = new Set([
   "sessionstate.v1.ToolResultBlock.text",
   "sessionstate.v1.ThinkingBlock.text",
   "sessionstate.v1.HumanTurn.text",
+  // The delegated task: the first "[Subagent Task]" message of the child's transcript.
+  "sessionstate.v1.SpawnSessionRequest.task",
+  // An inter-session message or reply (MessagingService).
+  "sessionstate.v1.SendToSessionRequest.text",
+  "sessionstate.v1.ReplyToMessageRequest.text",
+  "sessionstate.v1.CapturedReply.text",
 ]);
 const FORMAT_FIELDS = new Set(["agent_id", "target_agent_id", "source_agent_id", "node_id", "catalog", "context_key", "page_token"]);
 
@@ -669,6 +675,44 @@ const VALID_REQUESTS: Record<string, Json | Json[]> = {
   },
   "sessionstate.v1.UpstreamService/UnlinkUpstream": { session: FUZZ_MAIN, linkId: "lnk_nothing" },
   "sessionstate.v1.UpstreamService/ListUpstreamLinks": { agentId: "fuzz", session: FUZZ_MAIN, nodeId: "node-a", limit: 10 },
+  "sessionstate.v1.MessagingService/SendToSession": {
+    requester: FUZZ_REQUESTER,
+    session: FUZZ_CHILD,
+    labelAgentId: "",
+    text: "hello child",
+    timeoutSeconds: 0,
+  },
+  "sessionstate.v1.MessagingService/StreamInbox": { sessionKeys: ["agent:fuzz:main"] },
+  "sessionstate.v1.MessagingService/AckInbox": { agentId: "fuzz", itemIds: [`inb_${"0".repeat(32)}`] },
+  "sessionstate.v1.MessagingService/ReplyToMessage": { messageId: `ism_${"0".repeat(32)}`, responder: FUZZ_CHILD, text: "reply" },
+  "sessionstate.v1.TaskService/UpsertTask": {
+    taskId: "fuzz-task",
+    session: FUZZ_MAIN,
+    kind: "TASK_KIND_CLI",
+    state: "TASK_STATE_WORKING",
+    runId: "run-fuzz",
+    summary: "npm test",
+    statusMessage: "running",
+  },
+  "sessionstate.v1.TaskService/ListTasks": { requester: FUZZ_REQUESTER, session: FUZZ_MAIN, states: ["TASK_STATE_WORKING"], kinds: ["TASK_KIND_CLI"], pageSize: 10 },
+  "sessionstate.v1.TaskService/CancelTask": { requester: FUZZ_REQUESTER, taskId: "fuzz-task" },
+  "sessionstate.v1.DeliveryService/ReserveDelivery": {
+    operationId: "fuzz-op",
+    session: FUZZ_MAIN,
+    conversationRef: "conv:1",
+    transportMessageId: "tm-1",
+    route: ROUTE,
+    intent: "AQID",
+    expectReply: true,
+  },
+  "sessionstate.v1.DeliveryService/CompleteDelivery": {
+    agentId: "fuzz",
+    operationId: "fuzz-op",
+    outcome: "DELIVERY_STATE_DELIVERED",
+    transportReceipt: "tg-1",
+    reply: { text: "thanks", messageId: "r-1" },
+  },
+  "sessionstate.v1.DeliveryService/ListPendingDeliveries": { agentIds: ["fuzz"], pageSize: 10 },
   "sessionstate.v1.UpstreamService/ConnectNode": [
     { nodeId: "node-a", hello: { software: "fuzz" } },
     {
@@ -745,6 +789,16 @@ async function inParallel<T>(items: T[], limit: number, work: (item: T) => Promi
     }),
   );
 }
+
+/** Columns that hold message content (any text) rather than one-line text. */
+const MESSAGE_CONTENT = new Set([
+  "transcript_messages.content",
+  "transcript_messages.search_text",
+  "inter_session_messages.text",
+  "inter_session_messages.text_json",
+  // An inbox item's payload (JSON), which carries a message's text.
+  "inbox_items.body",
+]);
 
 describe("hostile characters in every string field of every RPC, and FTS query syntax", () => {
   let f: TestServer;
@@ -864,7 +918,7 @@ describe("hostile characters in every string field of every RPC, and FTS query s
     for (const { name } of tables) {
       for (const row of await f.raw.all<Record<string, unknown>>(`SELECT * FROM "${name}"`)) {
         for (const [column, value] of Object.entries(row)) {
-          if (typeof value !== "string" || (name === "transcript_messages" && (column === "content" || column === "search_text"))) continue;
+          if (typeof value !== "string" || MESSAGE_CONTENT.has(`${name}.${column}`)) continue;
           if (oneLineViolation(value) !== undefined) stored.push(`${name}.${column}: ${JSON.stringify(value)}`);
         }
       }

@@ -20,7 +20,7 @@ export interface CoreFixture {
 
 export async function openCore(
   retention?: RetentionPolicy,
-  options: { maxWatchersPerTarget?: number; maxSpawnDepth?: number; registerSpawnedTask?: SpawnTaskHook } = {},
+  options: { maxWatchersPerTarget?: number; maxSpawnDepth?: number; registerSpawnedTask?: SpawnTaskHook; eventCacheCapacity?: number } = {},
 ): Promise<CoreFixture> {
   const database = await testBackend();
   const clock = { now: Date.UTC(2026, 10, 1) };
@@ -32,6 +32,7 @@ export async function openCore(
       maxWatchersPerTarget: options.maxWatchersPerTarget,
       maxSpawnDepth: options.maxSpawnDepth,
       registerSpawnedTask: options.registerSpawnedTask,
+      eventCacheCapacity: options.eventCacheCapacity,
     });
   const fixture: CoreFixture = {
     core: await open(),

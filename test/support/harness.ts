@@ -10,6 +10,7 @@ import { tmpdir } from "node:os";
 import { join } from "node:path";
 import type { Backend } from "../../src/core/storage.js";
 import { testBackend, type RawDatabase } from "./backends.js";
+import { MessagingService } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
@@ -54,6 +55,7 @@ export interface Clients {
   state: Client<typeof StateService>;
   sessions: Client<typeof SessionService>;
   watch: Client<typeof WatchService>;
+  messaging: Client<typeof MessagingService>;
 }
 
 export function clientsFor(url: string, protocol: Protocol = "connect", options: ClientOptions = {}): Clients {
@@ -62,6 +64,7 @@ export function clientsFor(url: string, protocol: Protocol = "connect", options:
     state: createClient(StateService, transport),
     sessions: createClient(SessionService, transport),
     watch: createClient(WatchService, transport),
+    messaging: createClient(MessagingService, transport),
   };
 }
 

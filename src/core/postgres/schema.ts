@@ -193,6 +193,101 @@ const MIGRATIONS: string[] = [
   CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
   ALTER TABLE upstream_links ADD COLUMN session_id text COLLATE "C" NOT NULL DEFAULT '';
   `,
+  // Coordination across Gateways (SPEC §6), as in the SQLite schema: every agent's inbox and
+  // the inter-session exchanges with their messages. A message's text is kept JSON-encoded
+  // (text_json), since a PostgreSQL text value cannot hold NUL.
+  `
+  CREATE TABLE inbox_items (
+    sequence     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    item_id      text COLLATE "C" NOT NULL UNIQUE,
+    agent_id     text COLLATE "C" NOT NULL,
+    session_key  text COLLATE "C" NOT NULL,
+    kind         text NOT NULL,
+    body         text NOT NULL,
+    enqueued_at  bigint NOT NULL
+  );
+  CREATE INDEX inbox_items_by_session ON inbox_items (agent_id, session_key, sequence);
+  CREATE INDEX inbox_items_by_agent ON inbox_items (agent_id, sequence);
+  CREATE TABLE inter_session_exchanges (
+    exchange_id      text COLLATE "C" PRIMARY KEY,
+    sender_agent_id  text COLLATE "C" NOT NULL,
+    sender_key       text COLLATE "C" NOT NULL,
+    target_agent_id  text COLLATE "C" NOT NULL,
+    target_key       text COLLATE "C" NOT NULL,
+    state            text NOT NULL,
+    turns            integer NOT NULL,
+    max_turns        integer NOT NULL,
+    end_reason       text NOT NULL DEFAULT '',
+    wait_until       bigint NOT NULL DEFAULT 0,
+    held_reply       text COLLATE "C" NOT NULL DEFAULT '',
+    created_at       bigint NOT NULL,
+    updated_at       bigint NOT NULL
+  );
+  CREATE INDEX exchanges_held ON inter_session_exchanges (wait_until) WHERE held_reply <> '';
+  CREATE INDEX exchanges_ended ON inter_session_exchanges (updated_at) WHERE end_reason <> '';
+  CREATE TABLE inter_session_messages (
+    message_id          text COLLATE "C" PRIMARY KEY,
+    exchange_id         text COLLATE "C" NOT NULL,
+    turn                integer NOT NULL,
+    sender_agent_id     text COLLATE "C" NOT NULL,
+    sender_key          text COLLATE "C" NOT NULL,
+    recipient_agent_id  text COLLATE "C" NOT NULL,
+    recipient_key       text COLLATE "C" NOT NULL,
+    text_json           text NOT NULL,
+    failed              boolean NOT NULL DEFAULT false,
+    sent_at             bigint NOT NULL,
+    UNIQUE (exchange_id, turn)
+  );
+  `,
+  // The task registry and delivery operations (SPEC §6), as in the SQLite schema.
+  `
+  CREATE TABLE tasks (
+    task_id              text COLLATE "C" PRIMARY KEY,
+    agent_id             text COLLATE "C" NOT NULL,
+    session_key          text COLLATE "C" NOT NULL,
+    kind                 text NOT NULL,
+    state                text NOT NULL,
+    run_id               text NOT NULL DEFAULT '',
+    summary              text NOT NULL DEFAULT '',
+    status_message       text NOT NULL DEFAULT '',
+    timed_out            boolean NOT NULL DEFAULT false,
+    created_at           bigint NOT NULL,
+    updated_at           bigint NOT NULL,
+    started_at           bigint,
+    ended_at             bigint,
+    cancel_requested_at  bigint,
+    cancel_requested_by  text NOT NULL DEFAULT '',
+    cancel_requested_by_agent  text NOT NULL DEFAULT '',
+    cancel_request_id    text NOT NULL DEFAULT ''
+  );
+  CREATE INDEX tasks_by_session ON tasks (agent_id, session_key, updated_at);
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id);
+  CREATE INDEX tasks_by_end ON tasks (ended_at) WHERE ended_at IS NOT NULL;
+
+  CREATE TABLE delivery_operations (
+    position              bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+    agent_id              text COLLATE "C" NOT NULL,
+    operation_id          text COLLATE "C" NOT NULL,
+    session_key           text COLLATE "C" NOT NULL,
+    conversation_ref      text NOT NULL,
+    transport_message_id  text NOT NULL,
+    route                 text,
+    intent                bytea NOT NULL,
+    expect_reply          boolean NOT NULL,
+    state                 text NOT NULL,
+    reservations          integer NOT NULL,
+    transport_receipt     text NOT NULL DEFAULT '',
+    error                 text NOT NULL DEFAULT '',
+    reply_text            bytea,
+    reply_message_id      text NOT NULL DEFAULT '',
+    reply_received_at     bigint,
+    reserved_at           bigint NOT NULL,
+    completed_at          bigint,
+    UNIQUE (agent_id, operation_id)
+  );
+  CREATE INDEX deliveries_pending ON delivery_operations (agent_id, position) WHERE state = 'pending';
+  CREATE INDEX deliveries_by_completion ON delivery_operations (completed_at) WHERE completed_at IS NOT NULL;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

@@ -27,6 +27,9 @@ import type { CoreMetrics } from "../metrics.js";
 import { describeDatabase } from "../databaseName.js";
 import type { IntegrityReport, Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
+import { PgInboxRows, PgMessagingRows } from "./coordinationRows.js";
+import { PgTaskRows } from "./taskRows.js";
+import { PgDeliveryRows } from "./deliveryRows.js";
 import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
 import { channelName, NoticeChannel, wakeupPayload } from "./notifications.js";
@@ -85,6 +88,10 @@ class PgTx implements Tx {
   readonly transcripts;
   readonly settings;
   readonly upstream;
+  readonly inbox;
+  readonly messaging;
+  readonly tasks;
+  readonly deliveries;
   /** Topic → keys announced in this transaction (sent with NOTIFY when it commits). */
   readonly wake = new Map<string, Set<string>>();
   private readonly locked = new Set<bigint>();
@@ -96,6 +103,10 @@ class PgTx implements Tx {
     this.transcripts = new PgTranscriptRows(c);
     this.settings = new PgSettingsRows(c);
     this.upstream = new PgUpstreamRows(c);
+    this.inbox = new PgInboxRows(c);
+    this.messaging = new PgMessagingRows(c);
+    this.tasks = new PgTaskRows(c);
+    this.deliveries = new PgDeliveryRows(c);
   }
 
   async lock(sessions: readonly SessionId[]): Promise<void> {

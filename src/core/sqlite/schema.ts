@@ -267,6 +267,102 @@ const MIGRATIONS: string[] = [
   CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
   ALTER TABLE upstream_links ADD COLUMN session_id TEXT NOT NULL DEFAULT '';
   `,
+  // Coordination across Gateways (SPEC §6): every agent's inbox (items stay until its
+  // Gateway acks them), and the inter-session exchanges with their messages.
+  `
+  CREATE TABLE inbox_items (
+    sequence     INTEGER PRIMARY KEY AUTOINCREMENT,
+    item_id      TEXT NOT NULL UNIQUE,
+    agent_id     TEXT NOT NULL,
+    session_key  TEXT NOT NULL,
+    kind         TEXT NOT NULL,
+    body         TEXT NOT NULL,
+    enqueued_at  INTEGER NOT NULL
+  );
+  CREATE INDEX inbox_items_by_session ON inbox_items (agent_id, session_key, sequence);
+  CREATE INDEX inbox_items_by_agent ON inbox_items (agent_id, sequence);
+  CREATE TABLE inter_session_exchanges (
+    exchange_id      TEXT PRIMARY KEY,
+    sender_agent_id  TEXT NOT NULL,
+    sender_key       TEXT NOT NULL,
+    target_agent_id  TEXT NOT NULL,
+    target_key       TEXT NOT NULL,
+    state            TEXT NOT NULL,
+    turns            INTEGER NOT NULL,
+    max_turns        INTEGER NOT NULL,
+    end_reason       TEXT NOT NULL DEFAULT '',
+    wait_until       INTEGER NOT NULL DEFAULT 0,
+    held_reply       TEXT NOT NULL DEFAULT '',
+    created_at       INTEGER NOT NULL,
+    updated_at       INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  CREATE INDEX exchanges_held ON inter_session_exchanges (wait_until) WHERE held_reply <> '';
+  CREATE INDEX exchanges_ended ON inter_session_exchanges (updated_at) WHERE end_reason <> '';
+  CREATE TABLE inter_session_messages (
+    message_id          TEXT PRIMARY KEY,
+    exchange_id         TEXT NOT NULL,
+    turn                INTEGER NOT NULL,
+    sender_agent_id     TEXT NOT NULL,
+    sender_key          TEXT NOT NULL,
+    recipient_agent_id  TEXT NOT NULL,
+    recipient_key       TEXT NOT NULL,
+    text                TEXT NOT NULL,
+    failed              INTEGER NOT NULL DEFAULT 0,
+    sent_at             INTEGER NOT NULL,
+    UNIQUE (exchange_id, turn)
+  ) WITHOUT ROWID;
+  `,
+  // The task registry and delivery operations (SPEC §6). A task belongs to the session it runs
+  // in; a delivery operation to its agent, in reservation order (position), its queue intent
+  // and captured reply kept as bytes (opaque to the service, never one-line text).
+  `
+  CREATE TABLE tasks (
+    task_id              TEXT PRIMARY KEY,
+    agent_id             TEXT NOT NULL,
+    session_key          TEXT NOT NULL,
+    kind                 TEXT NOT NULL,
+    state                TEXT NOT NULL,
+    run_id               TEXT NOT NULL DEFAULT '',
+    summary              TEXT NOT NULL DEFAULT '',
+    status_message       TEXT NOT NULL DEFAULT '',
+    timed_out            INTEGER NOT NULL DEFAULT 0,
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL,
+    started_at           INTEGER,
+    ended_at             INTEGER,
+    cancel_requested_at  INTEGER,
+    cancel_requested_by  TEXT NOT NULL DEFAULT '',
+    cancel_requested_by_agent  TEXT NOT NULL DEFAULT '',
+    cancel_request_id    TEXT NOT NULL DEFAULT ''
+  ) WITHOUT ROWID;
+  CREATE INDEX tasks_by_session ON tasks (agent_id, session_key, updated_at);
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id);
+  CREATE INDEX tasks_by_end ON tasks (ended_at) WHERE ended_at IS NOT NULL;
+
+  CREATE TABLE delivery_operations (
+    position              INTEGER PRIMARY KEY AUTOINCREMENT,
+    agent_id              TEXT NOT NULL,
+    operation_id          TEXT NOT NULL,
+    session_key           TEXT NOT NULL,
+    conversation_ref      TEXT NOT NULL,
+    transport_message_id  TEXT NOT NULL,
+    route                 TEXT,
+    intent                BLOB NOT NULL,
+    expect_reply          INTEGER NOT NULL,
+    state                 TEXT NOT NULL,
+    reservations          INTEGER NOT NULL,
+    transport_receipt     TEXT NOT NULL DEFAULT '',
+    error                 TEXT NOT NULL DEFAULT '',
+    reply_text            BLOB,
+    reply_message_id      TEXT NOT NULL DEFAULT '',
+    reply_received_at     INTEGER,
+    reserved_at           INTEGER NOT NULL,
+    completed_at          INTEGER,
+    UNIQUE (agent_id, operation_id)
+  );
+  CREATE INDEX deliveries_pending ON delivery_operations (agent_id, position) WHERE state = 'pending';
+  CREATE INDEX deliveries_by_completion ON delivery_operations (completed_at) WHERE completed_at IS NOT NULL;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

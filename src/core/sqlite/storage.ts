@@ -18,6 +18,9 @@ import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import type { CoreMetrics } from "../metrics.js";
 import type { IntegrityReport, Leadership, Storage, Tx, WriteOptions } from "../storage.js";
+import { SqliteInboxRows, SqliteMessagingRows } from "./coordinationRows.js";
+import { SqliteTaskRows } from "./taskRows.js";
+import { SqliteDeliveryRows } from "./deliveryRows.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
 import { SqliteSettingsRows } from "./settingsRows.js";
@@ -64,6 +67,10 @@ export class SqliteStorage implements Storage {
       transcripts: new SqliteTranscriptRows(db),
       settings: new SqliteSettingsRows(db),
       upstream: new SqliteUpstreamRows(db),
+      inbox: new SqliteInboxRows(db),
+      messaging: new SqliteMessagingRows(db),
+      tasks: new SqliteTaskRows(db),
+      deliveries: new SqliteDeliveryRows(db),
       lock: () => {},
       announce: () => {},
     };

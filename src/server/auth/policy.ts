@@ -36,13 +36,16 @@ import { Health } from "../../../gen/grpc/health/v1/health_pb.js";
 import { ServerReflection as ReflectionV1 } from "../../../gen/grpc/reflection/v1/reflection_pb.js";
 import { ServerReflection as ReflectionV1alpha } from "../../../gen/grpc/reflection/v1alpha/reflection_pb.js";
 import { VisibilityMode, type Requester } from "../../../gen/sessionstate/v1/requester_pb.js";
+import { MessagingService } from "../../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../../gen/sessionstate/v1/state_pb.js";
 import { TranscriptService } from "../../../gen/sessionstate/v1/transcript_pb.js";
 import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
+import { TaskService } from "../../../gen/sessionstate/v1/task_pb.js";
+import { DeliveryService } from "../../../gen/sessionstate/v1/delivery_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
-import { agentIdOfKey, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
+import { agentIdOfKey, checkAgentId, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
 export type MethodRule<M = Message> =
@@ -218,6 +221,39 @@ const upstreamRules = serviceRules(UpstreamService, {
   connectNode: { access: "upstream", nodes: (req) => [req.nodeId] },
 });
 
+const messagingRules = serviceRules(MessagingService, {
+  // The sender's Gateway acts for the sender. The target is addressed, not acted for: it is
+  // reached through the requester's visibility for a change (SPEC §4), whatever its agent —
+  // handing a message to another agent's Gateway is what the call is for. The same holds for
+  // watch: true, whose cursor belongs to the sender (its notices go to the sender's agent).
+  sendToSession: { access: "act", agents: (req) => [sessionAgent("requester", req.requester)] },
+  // Authorized on open, for the selected agent or every selected session's agent.
+  streamInbox: { access: "act", agents: (req) => [...(req.agentId === "" ? [] : [req.agentId]), ...keyAgents(...req.sessionKeys)] },
+  ackInbox: { access: "act", agents: (req) => (req.agentId === "" ? [] : [req.agentId]) },
+  // The reply is the responder's act; the service checks that the message was sent to it.
+  replyToMessage: { access: "act", agents: (req) => [sessionAgent("responder", req.responder)] },
+});
+
+// The task registry (SPEC §6). Registering and updating a task acts for its session's agent.
+// A cancel acts for the requester (who must control the task's tree, which the core checks);
+// without a requester it is the operator's, which reaches every agent's tasks (admin only).
+const taskRules = serviceRules(TaskService, {
+  upsertTask: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  listTasks: {
+    access: "read",
+    agents: (req) => viewAgents(req.requester, req.session && req.session.sessionKey !== "" ? [sessionAgent("session", req.session)] : []),
+  },
+  cancelTask: { access: "act", agents: (req) => (req.requester ? [sessionAgent("requester", req.requester)] : EVERY_AGENT) },
+});
+
+// Delivery operations (SPEC §6) are owner-only: the agent's own gateway token or admin. Even
+// listing them needs "act" (readers may not see a Gateway's queue intent or captured replies).
+const deliveryRules = serviceRules(DeliveryService, {
+  reserveDelivery: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },
+  completeDelivery: { access: "act", agents: (req) => [checkAgentId("agent_id", req.agentId)] },
+  listPendingDeliveries: { access: "act", agents: (req) => req.agentIds.map((a, i) => checkAgentId(`agent_ids[${i}]`, a)) },
+});
+
 /** Every RPC's rule, keyed by full method name. A new service adds its `serviceRules(...)` here. */
 export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...stateRules,
@@ -225,4 +261,7 @@ export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...transcriptRules,
   ...watchRules,
   ...upstreamRules,
+  ...messagingRules,
+  ...taskRules,
+  ...deliveryRules,
 ]);

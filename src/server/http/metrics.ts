@@ -17,6 +17,8 @@ export interface ServiceSources {
   /** Open notice streams (StreamNotices subscribers). */
   streamSubscribers(): number;
   connectedNodes(): number;
+  /** Events held in the in-memory event cache (bounded: src/core/eventCache.ts). */
+  eventCacheEntries(): number;
   store: StoreGauges;
   /** The database file; its `-wal` sibling is measured too. Absent for an in-memory database. */
   databasePath?: string;
@@ -117,6 +119,11 @@ export class ServerMetrics implements CoreMetrics {
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
     gauge("sessionstate_stream_subscribers", "Open notice streams (StreamNotices subscribers)", sources.streamSubscribers);
     gauge("sessionstate_nodes_connected", "Paired Nodes with an open ConnectNode stream", sources.connectedNodes);
+    gauge(
+      "sessionstate_event_cache_entries",
+      "Events held in memory for reads (at most 20,000; the encoded copies for binary reads are bounded alike)",
+      sources.eventCacheEntries,
+    );
     new Gauge({
       name: "sessionstate_notices_pending",
       help: "Notices pending now (queued and not acknowledged), across every replica",

@@ -1,0 +1,124 @@
+/** MessagingService handlers (SPEC §6), including the StreamInbox server stream. */
+import { create } from "@bufbuild/protobuf";
+import { timestampNow } from "@bufbuild/protobuf/wkt";
+import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
+import { invalidArgument } from "../../core/errors.js";
+import { checkInboxSelector, INBOX_PAGE, readInbox } from "../../core/coordination/inbox.js";
+import type { Messaging } from "../../core/coordination/messaging.js";
+import type { InboxItem } from "../../core/coordination/model.js";
+import type { SessionState } from "../../core/sessionState.js";
+import { MessagingService, StreamInboxResponseSchema, type StreamInboxResponse } from "../../../gen/sessionstate/v1/messaging_pb.js";
+import { cursorMessage } from "../convert.js";
+import { requesterOf } from "../convertTranscript.js";
+import {
+  exchangeStatusMessage,
+  inboxItemMessage,
+  interSessionMessage,
+  refMessage,
+  REPLY_OUTCOME,
+  SEND_STATUS,
+  sendTargetOf,
+} from "../convertMessaging.js";
+import { SubscriberQueue } from "../subscriberQueue.js";
+import type { StreamSettings } from "./watchService.js";
+
+export function messagingService(core: SessionState, messaging: Messaging, settings: StreamSettings): ServiceImpl<typeof MessagingService> {
+  return {
+    async sendToSession(req, ctx) {
+      if (req.labelAgentId !== "" && req.target.case !== "label") throw invalidArgument("label_agent_id", "goes only with a target named by label");
+      const result = await messaging.send({
+        requester: requesterOf(req.requester),
+        target: sendTargetOf(req),
+        text: req.text,
+        timeoutSeconds: req.timeoutSeconds,
+        watch: req.watch,
+        signal: ctx.signal,
+      });
+      const watch = result.watch;
+      return {
+        status: SEND_STATUS[result.status],
+        messageId: result.messageId,
+        exchange: exchangeStatusMessage(result.exchange),
+        target: refMessage(result.target),
+        reply: result.reply && interSessionMessage(result.reply),
+        watched: watch?.watched === true,
+        watchReason: watch && !watch.watched ? watch.reason : "",
+        cursor: watch?.watched ? cursorMessage(watch.cursor) : undefined,
+      };
+    },
+
+    async *streamInbox(req, ctx): AsyncGenerator<StreamInboxResponse> {
+      const selector = checkInboxSelector(req.agentId, req.sessionKeys);
+      // Items are read from the rows; the queue only carries "re-read" requests, which coalesce.
+      const queue = new SubscriberQueue<never>(1);
+      // Subscribe before the first read, so nothing committed in between is missed.
+      const unsubscribe = messaging.inbox.subscribe(selector, () => queue.requestResync());
+      // What this stream sent and is still queued: a connected Gateway never gets an item twice.
+      let sent = new Set<string>();
+      const message = (item: InboxItem) => create(StreamInboxResponseSchema, { message: { case: "item", value: inboxItemMessage(item) } });
+      /** Every item still queued, page by page, oldest first. */
+      async function* pending(): AsyncGenerator<InboxItem> {
+        let after = 0;
+        for (;;) {
+          const page = await core.store.read((tx) => readInbox(tx, selector, after, INBOX_PAGE));
+          for (const item of page) yield item;
+          if (page.length < INBOX_PAGE) return;
+          after = page[page.length - 1].sequence;
+        }
+      }
+      try {
+        let replayed = 0;
+        for await (const item of pending()) {
+          sent.add(item.itemId);
+          replayed++;
+          yield message(item);
+        }
+        yield create(StreamInboxResponseSchema, { message: { case: "replayComplete", value: { pending: replayed } } });
+        for (;;) {
+          const next = await queue.pull(ctx.signal, settings.heartbeatMs);
+          if (next.kind === "closed") {
+            // A server shutdown aborts with UNAVAILABLE, telling the client to reconnect.
+            if (ctx.signal.reason instanceof ConnectError) throw ctx.signal.reason;
+            return;
+          }
+          if (next.kind === "idle") {
+            yield create(StreamInboxResponseSchema, { message: { case: "heartbeat", value: { at: timestampNow() } } });
+            continue;
+          }
+          if (next.kind !== "resync") continue;
+          const still = new Set<string>();
+          const fresh: InboxItem[] = [];
+          for await (const item of pending()) {
+            still.add(item.itemId);
+            if (!sent.has(item.itemId)) fresh.push(item);
+          }
+          // Acked items left the inbox: forget them, so the set stays as small as the inbox.
+          sent = still;
+          for (const item of fresh) yield message(item);
+        }
+      } finally {
+        unsubscribe();
+      }
+    },
+
+    async ackInbox(req) {
+      const outcomes = await messaging.ack(req.agentId, req.itemIds);
+      return { results: outcomes.map((o) => ({ itemId: o.itemId, acked: o.acked })) };
+    },
+
+    async replyToMessage(req) {
+      const result = await messaging.reply({
+        messageId: req.messageId,
+        responder: req.responder && { sessionKey: req.responder.sessionKey, agentId: req.responder.agentId },
+        text: req.text,
+        failed: req.failed,
+      });
+      return {
+        outcome: REPLY_OUTCOME[result.outcome],
+        replyMessageId: result.replyMessageId,
+        exchange: exchangeStatusMessage(result.exchange),
+        duplicate: result.duplicate,
+      };
+    },
+  };
+}
