@@ -13,6 +13,7 @@ const BOTH_BACKENDS = [
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
   "test/event-wire.test.ts",
+  "test/client-coalescing.test.ts",
   "test/session-*.test.ts",
   "test/transcript-*.test.ts",
   "test/coordination-*.test.ts",

@@ -18,7 +18,16 @@ type UnaryCall =
    * reads each response whole but never decodes it: the figure is the server's alone.
    */
   | "raw-status-200"
-  | "raw-health";
+  | "raw-health"
+  /**
+   * One goal_changed event per caller through the client helper `recordEvent` (coalesced:
+   * concurrent callers share AppendEvents calls), cycling over `sessions`.
+   */
+  | "record-coalesced"
+  /** The peers a team could pick instead (`peer` says where): JetStream publish with ack, file storage. */
+  | "jetstream-publish"
+  /** Redis XADD of the same event bytes. */
+  | "redis-xadd";
 
 export interface UnaryLoadJob {
   type: "unary-load";
@@ -36,6 +45,8 @@ export interface UnaryLoadJob {
   changesSince?: number;
   /** Keep a StreamNotices subscription for this agent open during the load (watchers attached). */
   streamAgentId?: string;
+  /** jetstream-publish / redis-xadd: the peer's address (host:port); `url` is not used. */
+  peer?: string;
 }
 
 export interface UnaryLoadResult {

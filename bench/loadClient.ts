@@ -29,6 +29,7 @@ import type {
   UnaryLoadJob,
   UnaryLoadResult,
 } from "./jobs.js";
+import { OPENED_CALLS, openCall, type OpenedCall } from "./peerCalls.js";
 import { benchTransport } from "./transport.js";
 
 /** A notify-eligible event of a realistic size (metadata only, as the SPEC requires). */
@@ -157,11 +158,13 @@ async function unaryLoad(job: UnaryLoadJob, id: number): Promise<UnaryLoadResult
   const stream = job.streamAgentId
     ? openNoticeStream(createClient(WatchService, transport), job.streamAgentId, () => noticesReceived++)
     : undefined;
+  let opened: OpenedCall | undefined;
   try {
     await stream?.ready;
     let session: http2.ClientHttp2Session | undefined;
     const raw = () => (session ??= http2.connect(job.url));
-    const call = callOf(job, state, createClient(Health, transport), raw);
+    opened = OPENED_CALLS.includes(job.call) ? await openCall(job) : undefined;
+    const call = opened?.call ?? callOf(job, state, createClient(Health, transport), raw);
     // One call before the clock starts: it opens the connection and proves the request works.
     if ((await call()) === 0) throw new Error(`${job.call}: the first call carried no items`);
     let calls = 0;
@@ -209,6 +212,7 @@ async function unaryLoad(job: UnaryLoadJob, id: number): Promise<UnaryLoadResult
     };
   } finally {
     stream?.close();
+    await opened?.close();
   }
 }
 

@@ -19,6 +19,8 @@
 import { writeFileSync } from "node:fs";
 import { parseArgs } from "node:util";
 import { benchScanner } from "./scanner.js";
+import { benchCatchUp } from "./catchup.js";
+import { benchPeers } from "./peers.js";
 import { benchHistory } from "./history.js";
 import { LoadClientProcess } from "./clientProcess.js";
 import { benchMessaging } from "./messaging.js";
@@ -58,7 +60,7 @@ const SECTIONS: Section[] = [
   },
   {
     name: "scanner",
-    description: "upstream transcript scanner MB/s vs wc -l (40 MB synthetic file; --quick 10 MB, --full 200 MB)",
+    description: "upstream transcript scanner MB/s vs wc -l (40 MB synthetic file; --quick 10 MB, --full 200 MB); catch-up of a 24 MiB tool result then a human line (ticks, time)",
     run: async (ctx) => {
       const sizeMB = ctx.full ? 200 : ctx.quick ? 10 : 40;
       const r = await benchScanner({ sizeMB });
@@ -83,8 +85,14 @@ const SECTIONS: Section[] = [
           digits: 1,
         },
         { section: "scanner", metric: "scanner peak RSS (sampled)", value: r.scanner.peakRssMiB, unit: "MiB", digits: 1 },
+        ...(await benchCatchUp()),
       ];
     },
+  },
+  {
+    name: "peers",
+    description: "single events from 16 concurrent callers: NATS JetStream publish-ack and Redis XADD beside raw AppendEvents, coalesced recordEvent and the no-op RPC",
+    run: benchPeers,
   },
   {
     name: "history",

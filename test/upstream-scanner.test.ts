@@ -158,7 +158,7 @@ describe("scanTranscript", () => {
     let ticks = 0;
     let sawPending = false;
     while (marker.offset < Buffer.byteLength(content)) {
-      const r = await scanTranscript(p, marker); // default budget: 1 MiB
+      const r = await scanTranscript(p, marker, { skimBudgetBytes: 0 }); // default budget: 1 MiB; every byte tokenized
       ticks++;
       expect(r.status).toBe("found");
       expect(r.bytesRead).toBeLessThanOrEqual(MiB);
@@ -364,7 +364,7 @@ describe("scanTranscript", () => {
     const roundTripped = await scanToEnd(p, JSON.parse(JSON.stringify(r1.marker)), { budgetBytes: 1000 });
     expect(roundTripped.items).toMatchObject([{ kind: "human_turn", id: "yy", offset: 0 }]);
     // A damaged snapshot is refused and the row is read again from its first byte.
-    const lexer = r1.marker.pending!.lexer;
+    const lexer = r1.marker.pending!.lexer!;
     for (const bad of [{ v: 1 }, { ...lexer, n: lexer.n.map((x, k) => (k === 0 ? x : 999)) }, { ...lexer, text: "!!" }]) {
       const damaged: ScanMarker = { ...r1.marker, pending: { rowStart: 0, lexer: bad as never } };
       const { items } = await scanToEnd(p, damaged, { budgetBytes: 1000 });

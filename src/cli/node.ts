@@ -5,10 +5,12 @@ import { resolve } from "node:path";
 import { DomainError } from "../core/errors.js";
 import { checkNodeId } from "../core/upstream/monitor.js";
 import { NodeAgent } from "../upstream/nodeAgent.js";
+import { DEFAULT_SKIM_BUDGET_BYTES } from "../upstream/scanner.js";
 import { ConfigError } from "./config.js";
 import { resolveServer, SERVER_OPTION_HELP, serverUrl, wholeNumber, type Action } from "./program.js";
 
 const MAX_BUDGET = 256 * 1024 * 1024;
+const MAX_SKIM_BUDGET = 4 * 1024 * 1024 * 1024;
 
 export function registerNode(program: Command, done: (action: Action<[]>) => Promise<void>): void {
   const node = program
@@ -17,12 +19,17 @@ export function registerNode(program: Command, done: (action: Action<[]>) => Pro
     .requiredOption("--node-id <id>", "this node's id (a node token for it in SESSIONSTATE_TOKEN when tokens are on)")
     .option("--root <dir>", "directory holding the transcripts; assignment refs are paths inside it", ".")
     .option("--budget <bytes>", `bytes read per check and transcript (4096-${MAX_BUDGET}; default 1048576)`, wholeNumber(4096, MAX_BUDGET))
+    .option(
+      "--skim-budget <bytes>",
+      `bytes per check and transcript passed over inside rows whose first bytes show they are not a human turn (0-${MAX_SKIM_BUDGET}; 0 = never skim; default ${DEFAULT_SKIM_BUDGET_BYTES})`,
+      wholeNumber(0, MAX_SKIM_BUDGET),
+    )
     .addOption(new Option("--protocol <protocol>", "wire protocol").choices(["connect", "grpc"]).default("connect"))
     .addOption(new Option("--server <address>", SERVER_OPTION_HELP).argParser(serverUrl))
     .addHelpText("after", "\nReconnects with backoff until stopped (SIGINT or SIGTERM).");
   node.action(() =>
     done(async () => {
-      const o = node.opts<{ nodeId: string; root: string; budget?: number; protocol: "connect" | "grpc"; server?: string }>();
+      const o = node.opts<{ nodeId: string; root: string; budget?: number; skimBudget?: number; protocol: "connect" | "grpc"; server?: string }>();
       try {
         checkNodeId("node_id", o.nodeId);
       } catch (err) {
@@ -37,7 +44,7 @@ export function registerNode(program: Command, done: (action: Action<[]>) => Pro
         root,
         token: process.env.SESSIONSTATE_TOKEN || undefined,
         protocol: o.protocol,
-        scan: o.budget === undefined ? undefined : { budgetBytes: o.budget },
+        scan: { budgetBytes: o.budget, skimBudgetBytes: o.skimBudget },
       });
       agent.start();
       await new Promise<void>((stopped) => {

@@ -12,6 +12,7 @@ import {
   type Http2SessionOptions,
 } from "@connectrpc/connect-node";
 import { bearerToken } from "./bearer.js";
+import { markBinaryStateClient } from "./recordEvent.js";
 import { MessagingService } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
@@ -57,8 +58,11 @@ export function createGatewayClients(baseUrl: string, options: GatewayClientOpti
       : options.protocol === "grpc-web"
         ? createGrpcWebTransport(transportOptions)
         : createConnectTransport(transportOptions);
+  const state = createClient(StateService, transport);
+  // Every protocol here encodes binary protobuf: coalesced records may carry pre-encoded events.
+  markBinaryStateClient(state);
   return {
-    state: createClient(StateService, transport),
+    state,
     sessions: createClient(SessionService, transport),
     watch: createClient(WatchService, transport),
     transcripts: createClient(TranscriptService, transport),

@@ -21,7 +21,10 @@ export { jsonLogger, stderrLogger, type ClientLogger } from "./logger.js";
 export {
   recordEvent,
   recordEvents,
+  coalesceRecords,
+  DEFAULT_COALESCE,
   DEFAULT_RECORD_TIMEOUT_MS,
+  type CoalesceOptions,
   type EventInit,
   type RecordEventOptions,
   type RecordOptions,

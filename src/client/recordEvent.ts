@@ -4,10 +4,12 @@
  * Each call is bounded by a deadline, so a slow or unreachable service costs a turn at most
  * `timeoutMs`.
  */
-import type { MessageInitShape } from "@bufbuild/protobuf";
+import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { EventKind } from "../../gen/sessionstate/v1/event_pb.js";
-import { StateService, type AppendResult, type EventInputSchema } from "../../gen/sessionstate/v1/state_pb.js";
+import { AppendEventsRequestSchema, EventInputSchema, StateService, type AppendResult } from "../../gen/sessionstate/v1/state_pb.js";
+import { encodeEventInput } from "./eventInputWire.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
 
 export type StateClient = Client<typeof StateService>;
@@ -28,6 +30,8 @@ export interface RecordOptions {
 export interface RecordEventOptions extends RecordOptions {
   /** Sets the event's dedupe key, so a retried record is stored once. Overrides event.dedupeKey. */
   dedupeKey?: string;
+  /** false: send this event in an AppendEvents call of its own instead of coalescing it. Default true. */
+  coalesce?: boolean;
 }
 
 /** What happened to one event. Only "failed" means the service did not answer for it. */
@@ -41,11 +45,21 @@ export type RecordResult =
   /** The call failed: service unreachable, deadline passed, or the request was invalid. */
   | { status: "failed"; code: Code; message: string };
 
-/** Records one event. Never throws. */
-export async function recordEvent(client: StateClient, event: EventInit, options: RecordEventOptions = {}): Promise<RecordResult> {
+/**
+ * Records one event. Never throws.
+ *
+ * Concurrent calls on the same client (any sessions) are coalesced: the events that arrive
+ * while the client's earlier AppendEvents calls are in flight go out together in one call
+ * (see {@link coalesceRecords} for the limits). Each caller still gets the exact answer for
+ * its own event — recorded/duplicate with its own sequence, or skipped — only once the call
+ * that carried it has committed; an event the service rejects fails only its own caller.
+ * `coalesce: false` sends the event in a call of its own.
+ */
+export function recordEvent(client: StateClient, event: EventInit, options: RecordEventOptions = {}): Promise<RecordResult> {
   const input = options.dedupeKey === undefined ? event : { ...event, dedupeKey: options.dedupeKey };
-  const [result] = await recordEvents(client, [input], options);
-  return result!; // one result per event
+  const coalescer = options.coalesce === false ? null : coalescerOf(client);
+  if (coalescer === null) return recordEvents(client, [input], options).then((results) => results[0]!);
+  return coalescer.record(input, options);
 }
 
 /**
@@ -72,6 +86,322 @@ export async function recordEvents(client: StateClient, events: EventInit[], opt
       elapsedMs: Math.round(performance.now() - started),
     });
     return events.map(() => ({ status: "failed", code: error.code, message: error.rawMessage }));
+  }
+}
+
+// --- coalescing -------------------------------------------------------------------------
+
+/** Limits of the coalescing of concurrent {@link recordEvent} calls on one client. */
+export interface CoalesceOptions {
+  /** Most events in one AppendEvents call, 1–500 (the service's batch limit). Default 200. */
+  maxBatchEvents?: number;
+  /**
+   * Most bytes of events in one call, estimated from their strings (the service refuses a
+   * request above its --max-request-bytes, 4 MiB by default). Default 1 MiB.
+   */
+  maxBatchBytes?: number;
+  /** Most coalesced AppendEvents calls of this client in flight at once; more wait and are merged. Default 2. */
+  maxInFlight?: number;
+}
+
+export const DEFAULT_COALESCE: Readonly<Required<CoalesceOptions>> = Object.freeze({ maxBatchEvents: 200, maxBatchBytes: 1024 * 1024, maxInFlight: 2 });
+
+/**
+ * State clients whose transport always sends binary protobuf (those createGatewayClients
+ * makes): their coalesced calls carry each event's bytes, encoded once by the caller, as the
+ * request's field 1 entries. Any other client (it may speak JSON, which leaves unknown fields
+ * out) gets the events as messages.
+ */
+const binaryClients = new WeakSet<StateClient>();
+
+/** Marks a state client whose transport always encodes binary protobuf. */
+export function markBinaryStateClient(client: StateClient): void {
+  binaryClients.add(client);
+}
+
+/** Per client: its coalescer, or null when coalescing is off for it. */
+const coalescers = new WeakMap<StateClient, Coalescer | null>();
+
+function coalescerOf(client: StateClient): Coalescer | null {
+  let c = coalescers.get(client);
+  if (c === undefined) {
+    c = new Coalescer(client, DEFAULT_COALESCE, binaryClients.has(client));
+    coalescers.set(client, c);
+  }
+  return c;
+}
+
+/**
+ * Sets the limits of coalescing for `client` (its recordEvent calls from now on); `false`
+ * turns coalescing off for it, so every recordEvent is a call of its own. Calls already
+ * queued keep the limits they were queued under.
+ */
+export function coalesceRecords(client: StateClient, options: CoalesceOptions | false): void {
+  if (options === false) {
+    coalescers.set(client, null);
+    return;
+  }
+  const limit = (v: number | undefined, dflt: number, min: number, max: number, name: string) => {
+    if (v === undefined) return dflt;
+    if (!Number.isInteger(v) || v < min || v > max) throw new RangeError(`${name}: expected a whole number from ${min} to ${max}, got ${v}`);
+    return v;
+  };
+  coalescers.set(
+    client,
+    new Coalescer(
+      client,
+      {
+        maxBatchEvents: limit(options.maxBatchEvents, DEFAULT_COALESCE.maxBatchEvents, 1, MAX_BATCH_EVENTS, "maxBatchEvents"),
+        maxBatchBytes: limit(options.maxBatchBytes, DEFAULT_COALESCE.maxBatchBytes, 1, 64 * 1024 * 1024, "maxBatchBytes"),
+        maxInFlight: limit(options.maxInFlight, DEFAULT_COALESCE.maxInFlight, 1, 1024, "maxInFlight"),
+      },
+      binaryClients.has(client),
+    ),
+  );
+}
+
+/** The service's limit of events per AppendEvents call. */
+const MAX_BATCH_EVENTS = 500;
+
+/**
+ * Codes with which the service refuses a whole batch for what may be one event in it
+ * (validation, a session outside a token's agents, a request too large). The batch wrote
+ * nothing, so its events are sent again in halves until each refusal reaches the one caller
+ * whose event caused it. Other failures (unavailable, deadline, canceled, unauthenticated,
+ * internal) are not the events' doing, and a call that failed so may or may not have been
+ * committed: they fail every caller of the batch, as a call of each one's own would have.
+ */
+const SPLIT_ON = new Set<Code>([
+  Code.InvalidArgument,
+  Code.PermissionDenied,
+  Code.NotFound,
+  Code.FailedPrecondition,
+  Code.OutOfRange,
+  Code.AlreadyExists,
+  Code.ResourceExhausted,
+]);
+
+interface Queued {
+  event: EventInit;
+  /** The event's EventInput bytes, preceded by their length (binary clients only). */
+  wire?: Uint8Array | undefined;
+  bytes: number;
+  started: number;
+  deadline: number;
+  timeoutMs: number;
+  logger: ClientLogger;
+  settle: (result: RecordResult) => void;
+  settled: boolean;
+  /** Clears the caller's timer and abort listener. */
+  release: () => void;
+}
+
+/** `bytes` preceded by their length (a varint). */
+function lengthPrefixed(bytes: Uint8Array): Uint8Array {
+  const head: number[] = [];
+  let n = bytes.length;
+  while (n > 0x7f) {
+    head.push((n & 0x7f) | 0x80);
+    n >>>= 7;
+  }
+  head.push(n);
+  const out = new Uint8Array(head.length + bytes.length);
+  out.set(head);
+  out.set(bytes, head.length);
+  return out;
+}
+
+/** Estimated encoded size of an event: its strings and a margin for the rest. */
+function estimateBytes(event: EventInit): number {
+  let n = 64;
+  const add = (s: unknown) => {
+    if (typeof s === "string") n += s.length * 3 + 4;
+  };
+  add(event.session?.sessionKey);
+  add(event.session?.agentId);
+  add(event.actorId);
+  add(event.runId);
+  add(event.summary);
+  add(event.dedupeKey);
+  add(event.payload?.channel);
+  if (Array.isArray(event.watcherSessionKeys)) for (const k of event.watcherSessionKeys) add(k);
+  return n;
+}
+
+/**
+ * The coalescer of one client. A record is queued; a flush is scheduled for the end of the
+ * current event-loop turn (setImmediate), so the records of every caller that runs in this
+ * turn leave together. At most maxInFlight calls are in flight; while they are, new records
+ * wait and leave together when one returns. Each caller's own deadline and signal still end
+ * its wait (its event may still be committed by the call that carries it, as with a call of
+ * its own that times out).
+ */
+class Coalescer {
+  private readonly queue: Queued[] = [];
+  private inFlight = 0;
+  private scheduled = false;
+
+  constructor(
+    private readonly client: StateClient,
+    private readonly limits: Required<CoalesceOptions>,
+    private readonly binary: boolean,
+  ) {}
+
+  record(event: EventInit, options: RecordOptions): Promise<RecordResult> {
+    const logger = options.logger ?? stderrLogger;
+    const timeoutMs = options.timeoutMs ?? DEFAULT_RECORD_TIMEOUT_MS;
+    const started = performance.now();
+    let wire: Uint8Array | undefined;
+    if (this.binary) {
+      try {
+        wire = encodeEventInput(event, true) ?? lengthPrefixed(toBinary(EventInputSchema, create(EventInputSchema, event)));
+      } catch (err) {
+        // What the generic client would have failed this call with, alone.
+        return Promise.resolve(this.failedAlone(event, logger, timeoutMs, started, ConnectError.from(err)));
+      }
+    }
+    return new Promise<RecordResult>((resolve) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const signal = options.signal;
+      const onAbort = () => this.fail(q, Code.Canceled, "the record was canceled by its caller", true);
+      const q: Queued = {
+        event,
+        wire,
+        bytes: wire?.length ?? estimateBytes(event),
+        started,
+        deadline: started + timeoutMs,
+        timeoutMs,
+        logger,
+        settled: false,
+        settle: (result) => {
+          if (q.settled) return;
+          q.settled = true;
+          q.release();
+          resolve(result);
+        },
+        release: () => {
+          if (timer !== undefined) clearTimeout(timer);
+          signal?.removeEventListener("abort", onAbort);
+        },
+      };
+      if (signal?.aborted) {
+        this.fail(q, Code.Canceled, "the record was canceled by its caller", false);
+        return;
+      }
+      signal?.addEventListener("abort", onAbort, { once: true });
+      timer = setTimeout(() => this.fail(q, Code.DeadlineExceeded, `no answer within ${timeoutMs} ms`, true), timeoutMs);
+      this.queue.push(q);
+      this.schedule();
+    });
+  }
+
+  /** Ends a caller's wait with a failure (logged); a queued record is taken out of the queue. */
+  private fail(q: Queued, code: Code, message: string, dequeue: boolean): void {
+    if (q.settled) return;
+    if (dequeue) {
+      const i = this.queue.indexOf(q);
+      if (i >= 0) this.queue.splice(i, 1);
+    }
+    this.failWith(q, new ConnectError(message, code));
+  }
+
+  private failedAlone(event: EventInit, logger: ClientLogger, timeoutMs: number, started: number, error: ConnectError): RecordResult {
+    let result: RecordResult | undefined;
+    const q: Queued = {
+      event,
+      bytes: 0,
+      started,
+      deadline: started + timeoutMs,
+      timeoutMs,
+      logger,
+      settled: false,
+      settle: (r) => (result = r),
+      release: () => {},
+    };
+    this.failWith(q, error);
+    return result!;
+  }
+
+  private failWith(q: Queued, error: ConnectError): void {
+    if (q.settled) return;
+    safeLog(q.logger, "warn", "session state event not recorded", {
+      code: Code[error.code],
+      error: error.rawMessage,
+      events: 1,
+      first: describe(q.event),
+      timeoutMs: q.timeoutMs,
+      elapsedMs: Math.round(performance.now() - q.started),
+    });
+    q.settle({ status: "failed", code: error.code, message: error.rawMessage });
+  }
+
+  private schedule(): void {
+    if (this.scheduled || this.inFlight >= this.limits.maxInFlight || this.queue.length === 0) return;
+    this.scheduled = true;
+    setImmediate(() => {
+      this.scheduled = false;
+      this.flush();
+    });
+  }
+
+  /** Sends what is queued, in batches within the limits, while calls may be added. */
+  private flush(): void {
+    while (this.queue.length > 0 && this.inFlight < this.limits.maxInFlight) {
+      // Everything queued goes in one call (within the limits): the fewer calls, the less
+      // each event costs; spreading a queue over several windows measured slower here.
+      let bytes = 0;
+      let n = 0;
+      while (n < this.queue.length && n < this.limits.maxBatchEvents) {
+        const b = this.queue[n]!.bytes;
+        if (n > 0 && bytes + b > this.limits.maxBatchBytes) break;
+        bytes += b;
+        n++;
+      }
+      const batch = this.queue.splice(0, n);
+      this.inFlight++;
+      void this.send(batch).finally(() => {
+        this.inFlight--;
+        this.schedule();
+      });
+    }
+  }
+
+  /** One AppendEvents call for `batch`; a refusal that may be one event's is narrowed down. */
+  private async send(batch: Queued[]): Promise<void> {
+    const live = batch.filter((q) => !q.settled);
+    if (live.length === 0) return;
+    // The call ends when its last caller's deadline passes (each caller's own timer ends its
+    // wait before that). An abort of our own, not Connect's timeoutMs: that would also send a
+    // deadline header and set a timer on both sides for every call.
+    const now = performance.now();
+    let timeoutMs = 1;
+    for (const q of live) timeoutMs = Math.max(timeoutMs, Math.ceil(q.deadline - now));
+    const abort = new AbortController();
+    const timer = setTimeout(() => abort.abort(new ConnectError("the coalesced call passed its callers' deadlines", Code.DeadlineExceeded)), timeoutMs);
+    let request: MessageInitShape<typeof AppendEventsRequestSchema>;
+    if (live.every((q) => q.wire !== undefined)) {
+      const message = create(AppendEventsRequestSchema);
+      message.$unknown = live.map((q) => ({ no: 1, wireType: WireType.LengthDelimited, data: q.wire! }));
+      request = message;
+    } else {
+      request = { events: live.map((q) => q.event) };
+    }
+    try {
+      const response = await this.client.appendEvents(request, { signal: abort.signal });
+      live.forEach((q, i) => q.settle(resultOf(response.results[i])));
+    } catch (err) {
+      const error = ConnectError.from(err);
+      if (live.length > 1 && SPLIT_ON.has(error.code)) {
+        // Nothing of the batch was written: halves, in order, until the refusal is one caller's.
+        const half = Math.ceil(live.length / 2);
+        await this.send(live.slice(0, half));
+        await this.send(live.slice(half));
+        return;
+      }
+      for (const q of live) this.failWith(q, error);
+    } finally {
+      clearTimeout(timer);
+    }
   }
 }
 

@@ -31,6 +31,7 @@ import { ServerMetrics } from "./http/metrics.js";
 import { StorageHealth, storageGate } from "./storageHealth.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
 import { NodeHub } from "./upstream/nodeHub.js";
+import { DEFAULT_SKIM_BUDGET_BYTES } from "../upstream/scanner.js";
 
 export interface ServerOptions {
   /** Interface to bind; default 127.0.0.1. */
@@ -88,6 +89,11 @@ export interface ServerOptions {
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
   upstreamRoot?: string;
+  /**
+   * Bytes per local link and tick the scan may pass over inside rows already known not to be
+   * human turns (src/upstream/scanner.ts); 0 = tokenize every byte. Default 64 MiB.
+   */
+  upstreamSkimBudgetBytes?: number;
   /** Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); default 100. */
   maxStreamsPerConnection?: number;
   /** Bytes of request bodies held in flight across the server; beyond it RESOURCE_EXHAUSTED. Default 64 MiB. */
@@ -144,6 +150,7 @@ export const DEFAULTS = {
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
+  upstreamSkimBudgetBytes: DEFAULT_SKIM_BUDGET_BYTES,
   maxStreamsPerConnection: 100,
   maxInflightRequestBytes: 64 * 1024 * 1024,
   requestBodyTimeoutMs: 30_000,
@@ -238,6 +245,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     hub: nodes,
     intervalMs: upstreamIntervalMs,
     localRoot: options.upstreamRoot,
+    scan: { skimBudgetBytes: options.upstreamSkimBudgetBytes ?? DEFAULTS.upstreamSkimBudgetBytes },
     clock,
     logger,
     isLeader: () => storage.leadership("upstream").isLeader(),

@@ -45,6 +45,9 @@ const R_BTYPE = 12;
 const R_BTEXT = 13;
 const R_KEY = 14; // a key string in a tracked object
 
+/** Every kind of row but a human turn. */
+export type NonHumanKind = "tool_result" | "meta" | "sidechain" | "assistant" | "other" | "invalid";
+
 const LITERALS = ["true", "false", "null"];
 /** Deepest nesting a streamed row may have; deeper rows are classified "invalid". */
 const MAX_STREAM_DEPTH = 65_536;
@@ -225,6 +228,48 @@ export class StreamingRowClassifier {
   /** The text limit this classifier was built with. */
   get maxTextBytes(): number {
     return this.max;
+  }
+
+  /**
+   * What the bytes fed so far already decide, when they decide that this row can never be a
+   * human turn; null while one is still possible. Decided by the first occurrence of each
+   * key (a later duplicate key, which JSON.parse would let win, is not read), when:
+   * the bytes are not valid JSON ("invalid"); the row is not an object; `isSidechain`,
+   * `isMeta` or `isCompactSummary` is true; `type` is a string other than "user";
+   * `message.role` is a string other than "user"; or a block of `message.content` has the
+   * type "tool_result". The kind is the rule applied to the facts read so far (a key not read
+   * yet counts as absent), so it may differ from the full row's among the non-human kinds.
+   * The scanner uses it to skim the rest of an oversized row without tokenizing it.
+   */
+  prefixVerdict(): { kind: NonHumanKind } | null {
+    const st = this.state;
+    if (st === S_ERR) return { kind: "invalid" };
+    if (st === S_VALUE && this.role === R_ROOT) return null; // the root value has not started
+    const fl = this.flags;
+    if ((fl & F_IS_OBJECT) === 0) return { kind: "other" };
+    const toolResult = (fl & F_TOOL_RESULT) !== 0 || this.sBType === "tool_result";
+    const role = fl & F_ROLE_SET ? this.sRole : undefined;
+    const decided =
+      (fl & (F_SIDE | F_META | F_COMPACT)) !== 0 ||
+      (this.sType !== null && this.sType !== "user") ||
+      (role !== undefined && role !== null && role !== "user") ||
+      toolResult;
+    if (!decided) return null;
+    const facts: RowFacts = {
+      isObject: true,
+      type: this.sType,
+      isMeta: (fl & F_META) !== 0,
+      isSidechain: (fl & F_SIDE) !== 0,
+      isCompactSummary: (fl & F_COMPACT) !== 0,
+      role: role === null ? undefined : role,
+      hasToolResult: toolResult,
+      hasText: false,
+      textNonBlank: false,
+      text: "",
+      textTruncated: false,
+    };
+    // Steps 1-7 of the rule never answer human_turn.
+    return { kind: (classifyWithoutText(facts)?.kind ?? "other") as NonHumanKind };
   }
 
   /** Feed bytes `b[start..end)` of the row. */

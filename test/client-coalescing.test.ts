@@ -1,0 +1,273 @@
+/**
+ * recordEvent coalesces concurrent calls on one client into shared AppendEvents calls
+ * (SPEC §2.3: recording stays best effort; "acknowledged" still means committed). Real
+ * servers: the RPCs are counted by an interceptor on the client, and every answer is checked
+ * against the log itself. Also: one caller's invalid event fails only that caller, dedupe keys,
+ * the generic path (gRPC, and coalescing off), the hand-written EventInput encoder against
+ * protobuf-es, and a service killed with SIGKILL in the middle of a load — nothing that was
+ * answered "recorded" is missing after the restart.
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { Code, type Interceptor } from "@connectrpc/connect";
+import fc from "fast-check";
+import { join } from "node:path";
+import { afterEach, describe, expect, it } from "vitest";
+import { ActorType, EventKind, RunOutcome } from "../gen/sessionstate/v1/event_pb.js";
+import { EventInputSchema } from "../gen/sessionstate/v1/state_pb.js";
+import { createGatewayClients, type GatewayClients } from "../src/client/clients.js";
+import { encodeEventInput } from "../src/client/eventInputWire.js";
+import { coalesceRecords, recordEvent, type EventInit, type RecordResult } from "../src/client/recordEvent.js";
+import { silentLogger } from "../src/server/logger.js";
+import { killAllServerProcesses, stablePort, startServerProcess } from "./faults/support/serverProcess.js";
+import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
+
+const cleanups: (() => Promise<void> | void)[] = [];
+afterEach(async () => {
+  for (const c of cleanups.splice(0).reverse()) await c();
+  killAllServerProcesses();
+});
+
+async function server(): Promise<TestServer> {
+  const t = await startTestServer();
+  cleanups.push(() => t.stop());
+  return t;
+}
+
+/** Gateway clients whose AppendEvents calls are counted. */
+function counted(url: string, protocol: "connect" | "grpc" = "connect"): { clients: GatewayClients; appendCalls: () => number } {
+  let calls = 0;
+  const count: Interceptor = (next) => async (req) => {
+    if (req.method.name === "AppendEvents") calls++;
+    return next(req);
+  };
+  const clients = createGatewayClients(url, { protocol, interceptors: [count] });
+  cleanups.push(() => clients.close());
+  return { clients, appendCalls: () => calls };
+}
+
+const goal = (sessionKey: string, runId: string): EventInit => ({
+  session: { sessionKey },
+  kind: EventKind.GOAL_CHANGED,
+  actorType: ActorType.AGENT,
+  actorId: "agent:main:producer",
+  runId,
+  summary: "goal updated",
+  payload: { channel: "cli" },
+});
+const quiet = { logger: silentLogger };
+
+/** Every event of a session, by sequence. */
+async function logOf(t: TestServer, sessionKey: string) {
+  const events = new Map<bigint, { runId: string; summary: string }>();
+  let since = 0n;
+  for (;;) {
+    const status = await t.state.getStatus({ session: { sessionKey }, changesSince: since });
+    for (const e of status.stateChanges!.events) events.set(e.sequence, { runId: e.runId, summary: e.summary });
+    if (!status.stateChanges!.truncated) return events;
+    since = status.stateChanges!.events.at(-1)!.sequence;
+  }
+}
+
+describe("coalescing concurrent records", () => {
+  it("many concurrent calls on several sessions share few AppendEvents calls; each gets its own exact sequence", async () => {
+    const t = await server();
+    const { clients, appendCalls } = counted(t.url);
+    const sessions = ["agent:main:a", "agent:main:b", "agent:ops:c"];
+    const n = 300;
+    const results = await Promise.all(Array.from({ length: n }, (_, i) => recordEvent(clients.state, goal(sessions[i % 3]!, `run-${i}`), quiet)));
+    // 300 records in a few calls (at most 200 events a call, queued while one is in flight).
+    expect(appendCalls()).toBeGreaterThanOrEqual(2);
+    expect(appendCalls()).toBeLessThanOrEqual(10);
+    // Each answer is the caller's own event: its sequence holds its run id, in its session.
+    const logs = new Map(await Promise.all(sessions.map(async (s) => [s, await logOf(t, s)] as const)));
+    const seen = new Set<bigint>();
+    results.forEach((r, i) => {
+      if (r.status !== "recorded") throw new Error(`call ${i}: ${JSON.stringify(r, (_, v) => (typeof v === "bigint" ? String(v) : v))}`);
+      expect(logs.get(sessions[i % 3]!)!.get(r.sequence)?.runId).toBe(`run-${i}`);
+      expect(seen.has(r.sequence)).toBe(false);
+      seen.add(r.sequence);
+    });
+    expect([...logs.values()].reduce((sum, l) => sum + l.size, 0)).toBe(n);
+  });
+
+  it("an invalid event among good ones fails only its caller, with the answer it would get alone", async () => {
+    const t = await server();
+    const { clients, appendCalls } = counted(t.url);
+    const events = Array.from({ length: 40 }, (_, i) => goal("agent:main:a", `run-${i}`));
+    events[7] = { ...events[7]!, summary: "" };
+    events[23] = { ...events[23]!, kind: EventKind.UNSPECIFIED };
+    const alone = await recordEvent(clients.state, events[7]!, { ...quiet, coalesce: false });
+    const before = appendCalls();
+    const results = await Promise.all(events.map((e) => recordEvent(clients.state, e, quiet)));
+    results.forEach((r, i) => {
+      if (i === 7) expect(r).toEqual(alone);
+      else if (i === 23) expect(r).toMatchObject({ status: "failed", code: Code.InvalidArgument, message: expect.stringContaining("kind") });
+      else expect(r.status).toBe("recorded");
+    });
+    expect(alone).toMatchObject({ status: "failed", code: Code.InvalidArgument, message: expect.stringContaining("summary") });
+    // Narrowed down by halves: far fewer calls than one per event.
+    expect(appendCalls() - before).toBeLessThanOrEqual(1 + 2 * 2 * Math.ceil(Math.log2(40)));
+    const log = await logOf(t, "agent:main:a");
+    expect([...log.values()].map((e) => e.runId).sort()).toEqual(
+      events.map((e, i) => (i === 7 || i === 23 ? undefined : e.runId)).filter((x) => x !== undefined).sort(),
+    );
+  });
+
+  it("dedupe keys still work within one coalesced call and across calls", async () => {
+    const t = await server();
+    const { clients } = counted(t.url);
+    const same = await Promise.all(
+      Array.from({ length: 10 }, (_, i) => recordEvent(clients.state, goal("agent:main:a", `run-${i}`), { ...quiet, dedupeKey: "once" })),
+    );
+    const recorded = same.filter((r) => r.status === "recorded");
+    expect(recorded).toHaveLength(1);
+    const first = recorded[0] as Extract<RecordResult, { status: "recorded" }>;
+    for (const r of same) if (r.status !== "recorded") expect(r).toMatchObject({ status: "duplicate", sequence: first.sequence });
+    const later = await recordEvent(clients.state, goal("agent:main:a", "run-x"), { ...quiet, dedupeKey: "once" });
+    expect(later).toMatchObject({ status: "duplicate", sequence: first.sequence });
+    expect((await logOf(t, "agent:main:a")).size).toBe(1);
+  });
+
+  it("gRPC clients, coalesce: false and coalescing off for a client give the same answers", async () => {
+    const t = await server();
+    const grpc = counted(t.url, "grpc");
+    const viaGrpc = await Promise.all(Array.from({ length: 20 }, (_, i) => recordEvent(grpc.clients.state, goal("agent:main:g", `g-${i}`), quiet)));
+    expect(viaGrpc.every((r) => r.status === "recorded")).toBe(true);
+    expect(grpc.appendCalls()).toBeLessThan(20);
+
+    const alone = counted(t.url);
+    await Promise.all(Array.from({ length: 5 }, (_, i) => recordEvent(alone.clients.state, goal("agent:main:g", `a-${i}`), { ...quiet, coalesce: false })));
+    expect(alone.appendCalls()).toBe(5);
+
+    const off = counted(t.url);
+    coalesceRecords(off.clients.state, false);
+    await Promise.all(Array.from({ length: 5 }, (_, i) => recordEvent(off.clients.state, goal("agent:main:g", `o-${i}`), quiet)));
+    expect(off.appendCalls()).toBe(5);
+
+    const small = counted(t.url);
+    coalesceRecords(small.clients.state, { maxBatchEvents: 3, maxInFlight: 1 });
+    const r = await Promise.all(Array.from({ length: 9 }, (_, i) => recordEvent(small.clients.state, goal("agent:main:g", `s-${i}`), quiet)));
+    expect(r.every((x) => x.status === "recorded")).toBe(true);
+    expect(small.appendCalls()).toBe(3);
+    expect(() => coalesceRecords(small.clients.state, { maxBatchEvents: 501 })).toThrow(RangeError);
+    expect((await logOf(t, "agent:main:g")).size).toBe(39);
+  });
+
+  it("a caller whose signal aborts while queued fails alone and its event is not sent", async () => {
+    const t = await server();
+    const { clients } = counted(t.url);
+    const abort = new AbortController();
+    const pending = [
+      recordEvent(clients.state, goal("agent:main:a", "kept-1"), quiet),
+      recordEvent(clients.state, goal("agent:main:a", "dropped"), { ...quiet, signal: abort.signal }),
+      recordEvent(clients.state, goal("agent:main:a", "kept-2"), quiet),
+    ];
+    abort.abort(); // before the end of this turn: still queued
+    const [a, b, c] = await Promise.all(pending);
+    expect(b).toMatchObject({ status: "failed", code: Code.Canceled });
+    expect([a!.status, c!.status]).toEqual(["recorded", "recorded"]);
+    expect([...(await logOf(t, "agent:main:a")).values()].map((e) => e.runId)).toEqual(["kept-1", "kept-2"]);
+  });
+});
+
+describe("restart in the middle of a load", () => {
+  it("a service killed (SIGKILL) while coalesced calls are in flight: every event answered recorded is in the log after the restart", async () => {
+    const dir = tempDir("coalescing-restart-");
+    cleanups.push(() => dir.remove());
+    const port = await stablePort();
+    const db = join(dir.path, "state.db");
+    let proc = await startServerProcess({ port, db });
+    const clients = createGatewayClients(proc.url);
+    cleanups.push(() => clients.close());
+    const answers: { runId: string; session: string; result: RecordResult }[] = [];
+    let stop = false;
+    let n = 0;
+    const worker = async (w: number) => {
+      while (!stop) {
+        const runId = `w${w}-${n++}`;
+        const session = `agent:main:r${w % 4}`;
+        const result = await recordEvent(clients.state, goal(session, runId), { ...quiet, timeoutMs: 1_000 });
+        answers.push({ runId, session, result });
+        if (result.status === "failed") await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const workers = Array.from({ length: 16 }, (_, w) => worker(w));
+    // Let some batches commit, then kill the service with calls in flight.
+    while (answers.filter((a) => a.result.status === "recorded").length < 300) await new Promise((r) => setTimeout(r, 10));
+    await proc.kill9();
+    proc = await startServerProcess({ port, db });
+    const afterRestart = answers.length;
+    while (answers.slice(afterRestart).filter((a) => a.result.status === "recorded").length < 100) await new Promise((r) => setTimeout(r, 10));
+    stop = true;
+    await Promise.all(workers);
+
+    const failed = answers.filter((a) => a.result.status === "failed");
+    expect(failed.length).toBeGreaterThan(0); // the kill did hit calls
+    const recorded = answers.filter((a) => a.result.status === "recorded");
+    const check = createGatewayClients(proc.url);
+    cleanups.push(() => check.close());
+    const logs = new Map<string, Map<bigint, string>>();
+    for (const s of new Set(recorded.map((a) => a.session))) {
+      const events = new Map<bigint, string>();
+      let since = 0n;
+      for (;;) {
+        const status = await check.state.getStatus({ session: { sessionKey: s }, changesSince: since });
+        for (const e of status.stateChanges!.events) events.set(e.sequence, e.runId);
+        if (!status.stateChanges!.truncated) break;
+        since = status.stateChanges!.events.at(-1)!.sequence;
+      }
+      logs.set(s, events);
+    }
+    for (const a of recorded) {
+      const seq = (a.result as Extract<RecordResult, { status: "recorded" }>).sequence;
+      expect(logs.get(a.session)!.get(seq), `${a.runId} answered recorded at ${seq}`).toBe(a.runId);
+    }
+  }, 90_000);
+});
+
+describe("the EventInput encoder", () => {
+  const text = fc.oneof(fc.string({ maxLength: 20 }), fc.string({ unit: "binary", maxLength: 10 }), fc.constantFrom("", "é😀", "\ud800x"));
+  const int32 = fc.oneof(fc.constantFrom(0, 1, 2, 127, 128, -1, 0x7fffffff, -0x80000000), fc.integer({ min: -0x80000000, max: 0x7fffffff }));
+  const initArb = fc.record(
+    {
+      session: fc.option(fc.record({ sessionKey: text, agentId: text }, { requiredKeys: [] }), { nil: undefined }),
+      kind: int32,
+      actorType: int32,
+      actorId: text,
+      runId: text,
+      occurredAt: fc.option(
+        fc.record({ seconds: fc.oneof(fc.bigInt({ min: -(2n ** 63n), max: 2n ** 63n - 1n }), fc.integer()), nanos: int32 }, { requiredKeys: [] }),
+        { nil: undefined },
+      ),
+      summary: fc.oneof(text, fc.string({ maxLength: 300 })),
+      payload: fc.option(fc.record({ outcome: int32, channel: text, turns: fc.integer({ min: 0, max: 0xffffffff }) }, { requiredKeys: [] }), { nil: undefined }),
+      dedupeKey: text,
+      watcherSessionKeys: fc.array(text, { maxLength: 4 }),
+    },
+    { requiredKeys: [] },
+  );
+
+  it("writes the bytes protobuf-es writes, for any init it takes", () => {
+    fc.assert(
+      fc.property(initArb, (init) => {
+        const ours = encodeEventInput(init as EventInit);
+        expect(ours).toBeDefined();
+        expect(Buffer.from(ours!).equals(Buffer.from(toBinary(EventInputSchema, create(EventInputSchema, init as EventInit))))).toBe(true);
+        // Length-prefixed: a varint of the length, then the same bytes.
+        const prefixed = encodeEventInput(init as EventInit, true)!;
+        expect(Buffer.from(prefixed.subarray(prefixed.length - ours!.length)).equals(Buffer.from(ours!))).toBe(true);
+      }),
+      { numRuns: 2000 },
+    );
+  });
+
+  it("takes messages too, and leaves what it does not handle exactly to the generic path", () => {
+    const message = create(EventInputSchema, { ...goal("agent:main:a", "r"), payload: { outcome: RunOutcome.ERROR } } as EventInit);
+    expect(Buffer.from(encodeEventInput(message)!).equals(Buffer.from(toBinary(EventInputSchema, message)))).toBe(true);
+    const withUnknown = create(EventInputSchema, goal("agent:main:a", "r"));
+    withUnknown.$unknown = [{ no: 99, wireType: 0, data: new Uint8Array([1]) }];
+    expect(encodeEventInput(withUnknown)).toBeUndefined();
+    expect(encodeEventInput({ ...goal("agent:main:a", "r"), summary: 5 } as unknown as EventInit)).toBeUndefined();
+    expect(encodeEventInput({ ...goal("agent:main:a", "r"), kind: 1.5 } as unknown as EventInit)).toBeUndefined();
+  });
+});
