@@ -16,7 +16,7 @@ from sessionstate.v1 import session_pb2 as sessionstate_dot_v1_dot_session__pb2
 from sessionstate.v1 import requester_pb2 as sessionstate_dot_v1_dot_requester__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asessionstate/v1/task.proto\x12\x0fsessionstate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsessionstate/v1/session.proto\x1a\x1fsessionstate/v1/requester.proto\"\x93\x04\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.sessionstate.v1.TaskKind\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.sessionstate.v1.TaskState\x12,\n\x07session\x18\x04 \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\x12\x0e\n\x06run_id\x18\x05 \x01(\t\x12\x0f\n\x07summary\x18\x06 \x01(\t\x12\x16\n\x0estatus_message\x18\x07 \x01(\t\x12\x11\n\ttimed_out\x18\x08 \x01(\x08\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\r \x01(\x08\x12\x37\n\x13\x63\x61ncel_requested_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x1b\n\x13\x63\x61ncel_requested_by\x18\x0f \x01(\t\"\xab\x02\n\x11UpsertTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12,\n\x07session\x18\x02 \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.sessionstate.v1.TaskKind\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.sessionstate.v1.TaskState\x12\x13\n\x06run_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x14\n\x07summary\x18\x06 \x01(\tH\x01\x88\x01\x01\x12\x1b\n\x0estatus_message\x18\x07 \x01(\tH\x02\x88\x01\x01\x12\x11\n\ttimed_out\x18\x08 \x01(\x08\x42\t\n\x07_run_idB\n\n\x08_summaryB\x11\n\x0f_status_message\"d\n\x12UpsertTaskResponse\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.sessionstate.v1.Task\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x18\n\x10run_end_sequence\x18\x03 \x01(\x03\"\xec\x01\n\x10ListTasksRequest\x12-\n\trequester\x18\x01 \x01(\x0b\x32\x1a.sessionstate.v1.Requester\x12,\n\x07session\x18\x02 \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\x12*\n\x06states\x18\x03 \x03(\x0e\x32\x1a.sessionstate.v1.TaskState\x12(\n\x05kinds\x18\x04 \x03(\x0e\x32\x19.sessionstate.v1.TaskKind\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_token\x18\x06 \x01(\t\"\xad\x01\n\x11ListTasksResponse\x12$\n\x05tasks\x18\x01 \x03(\x0b\x32\x15.sessionstate.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12=\n\x14\x65\x66\x66\x65\x63tive_visibility\x18\x03 \x01(\x0e\x32\x1f.sessionstate.v1.VisibilityMode\x12\x1a\n\x12visibility_warning\x18\x04 \x01(\t\"c\n\x11\x43\x61ncelTaskRequest\x12-\n\trequester\x18\x01 \x01(\x0b\x32\x1a.sessionstate.v1.Requester\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\"o\n\x12\x43\x61ncelTaskResponse\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.sessionstate.v1.Task\x12\x19\n\x11\x61lready_requested\x18\x02 \x01(\x08\x12\x19\n\x11\x63\x61ncel_request_id\x18\x03 \x01(\t*\x8c\x01\n\x08TaskKind\x12\x19\n\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12TASK_KIND_SUBAGENT\x10\x01\x12\x11\n\rTASK_KIND_ACP\x10\x02\x12\x11\n\rTASK_KIND_CLI\x10\x03\x12\x13\n\x0fTASK_KIND_MEDIA\x10\x04\x12\x12\n\x0eTASK_KIND_CRON\x10\x05*\xf9\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14TASK_STATE_SUBMITTED\x10\x01\x12\x16\n\x12TASK_STATE_WORKING\x10\x02\x12\x18\n\x14TASK_STATE_COMPLETED\x10\x03\x12\x15\n\x11TASK_STATE_FAILED\x10\x04\x12\x17\n\x13TASK_STATE_CANCELED\x10\x05\x12\x1d\n\x19TASK_STATE_INPUT_REQUIRED\x10\x06\x12\x17\n\x13TASK_STATE_REJECTED\x10\x07\x12\x1c\n\x18TASK_STATE_AUTH_REQUIRED\x10\x08\x32\x94\x02\n\x0bTaskService\x12U\n\nUpsertTask\x12\".sessionstate.v1.UpsertTaskRequest\x1a#.sessionstate.v1.UpsertTaskResponse\x12W\n\tListTasks\x12!.sessionstate.v1.ListTasksRequest\x1a\".sessionstate.v1.ListTasksResponse\"\x03\x90\x02\x01\x12U\n\nCancelTask\x12\".sessionstate.v1.CancelTaskRequest\x1a#.sessionstate.v1.CancelTaskResponseB~B\tTaskProtoP\x01Z2sessionstate/gen/go/sessionstate/v1;sessionstatev1\xa2\x02\x03SSX\xaa\x02\x0fSessionState.V1\xca\x02\x0fSessionState\\V1\xea\x02\x10SessionState::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1asessionstate/v1/task.proto\x12\x0fsessionstate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x1dsessionstate/v1/session.proto\x1a\x1fsessionstate/v1/requester.proto\"\xb0\x04\n\x04Task\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\'\n\x04kind\x18\x02 \x01(\x0e\x32\x19.sessionstate.v1.TaskKind\x12)\n\x05state\x18\x03 \x01(\x0e\x32\x1a.sessionstate.v1.TaskState\x12,\n\x07session\x18\x04 \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\x12\x0e\n\x06run_id\x18\x05 \x01(\t\x12\x0f\n\x07summary\x18\x06 \x01(\t\x12\x16\n\x0estatus_message\x18\x07 \x01(\t\x12\x11\n\ttimed_out\x18\x08 \x01(\x08\x12.\n\ncreated_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nupdated_at\x18\n \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nstarted_at\x18\x0b \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12,\n\x08\x65nded_at\x18\x0c \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x18\n\x10\x63\x61ncel_requested\x18\r \x01(\x08\x12\x37\n\x13\x63\x61ncel_requested_at\x18\x0e \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x38\n\x13\x63\x61ncel_requested_by\x18\x0f \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\"\xab\x02\n\x11UpsertTaskRequest\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12,\n\x07session\x18\x02 \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\x12\'\n\x04kind\x18\x03 \x01(\x0e\x32\x19.sessionstate.v1.TaskKind\x12)\n\x05state\x18\x04 \x01(\x0e\x32\x1a.sessionstate.v1.TaskState\x12\x13\n\x06run_id\x18\x05 \x01(\tH\x00\x88\x01\x01\x12\x14\n\x07summary\x18\x06 \x01(\tH\x01\x88\x01\x01\x12\x1b\n\x0estatus_message\x18\x07 \x01(\tH\x02\x88\x01\x01\x12\x11\n\ttimed_out\x18\x08 \x01(\x08\x42\t\n\x07_run_idB\n\n\x08_summaryB\x11\n\x0f_status_message\"d\n\x12UpsertTaskResponse\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.sessionstate.v1.Task\x12\x0f\n\x07\x63reated\x18\x02 \x01(\x08\x12\x18\n\x10run_end_sequence\x18\x03 \x01(\x03\"\xec\x01\n\x10ListTasksRequest\x12-\n\trequester\x18\x01 \x01(\x0b\x32\x1a.sessionstate.v1.Requester\x12,\n\x07session\x18\x02 \x01(\x0b\x32\x1b.sessionstate.v1.SessionRef\x12*\n\x06states\x18\x03 \x03(\x0e\x32\x1a.sessionstate.v1.TaskState\x12(\n\x05kinds\x18\x04 \x03(\x0e\x32\x19.sessionstate.v1.TaskKind\x12\x11\n\tpage_size\x18\x05 \x01(\r\x12\x12\n\npage_token\x18\x06 \x01(\t\"\xad\x01\n\x11ListTasksResponse\x12$\n\x05tasks\x18\x01 \x03(\x0b\x32\x15.sessionstate.v1.Task\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12=\n\x14\x65\x66\x66\x65\x63tive_visibility\x18\x03 \x01(\x0e\x32\x1f.sessionstate.v1.VisibilityMode\x12\x1a\n\x12visibility_warning\x18\x04 \x01(\t\"S\n\x11\x43\x61ncelTaskRequest\x12-\n\trequester\x18\x01 \x01(\x0b\x32\x1a.sessionstate.v1.Requester\x12\x0f\n\x07task_id\x18\x02 \x01(\t\"o\n\x12\x43\x61ncelTaskResponse\x12#\n\x04task\x18\x01 \x01(\x0b\x32\x15.sessionstate.v1.Task\x12\x19\n\x11\x61lready_requested\x18\x02 \x01(\x08\x12\x19\n\x11\x63\x61ncel_request_id\x18\x03 \x01(\t*\x8c\x01\n\x08TaskKind\x12\x19\n\x15TASK_KIND_UNSPECIFIED\x10\x00\x12\x16\n\x12TASK_KIND_SUBAGENT\x10\x01\x12\x11\n\rTASK_KIND_ACP\x10\x02\x12\x11\n\rTASK_KIND_CLI\x10\x03\x12\x13\n\x0fTASK_KIND_MEDIA\x10\x04\x12\x12\n\x0eTASK_KIND_CRON\x10\x05*\xf9\x01\n\tTaskState\x12\x1a\n\x16TASK_STATE_UNSPECIFIED\x10\x00\x12\x18\n\x14TASK_STATE_SUBMITTED\x10\x01\x12\x16\n\x12TASK_STATE_WORKING\x10\x02\x12\x18\n\x14TASK_STATE_COMPLETED\x10\x03\x12\x15\n\x11TASK_STATE_FAILED\x10\x04\x12\x17\n\x13TASK_STATE_CANCELED\x10\x05\x12\x1d\n\x19TASK_STATE_INPUT_REQUIRED\x10\x06\x12\x17\n\x13TASK_STATE_REJECTED\x10\x07\x12\x1c\n\x18TASK_STATE_AUTH_REQUIRED\x10\x08\x32\x94\x02\n\x0bTaskService\x12U\n\nUpsertTask\x12\".sessionstate.v1.UpsertTaskRequest\x1a#.sessionstate.v1.UpsertTaskResponse\x12W\n\tListTasks\x12!.sessionstate.v1.ListTasksRequest\x1a\".sessionstate.v1.ListTasksResponse\"\x03\x90\x02\x01\x12U\n\nCancelTask\x12\".sessionstate.v1.CancelTaskRequest\x1a#.sessionstate.v1.CancelTaskResponseB~B\tTaskProtoP\x01Z2sessionstate/gen/go/sessionstate/v1;sessionstatev1\xa2\x02\x03SSX\xaa\x02\x0fSessionState.V1\xca\x02\x0fSessionState\\V1\xea\x02\x10SessionState::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionstate.v1.task_pb2', globals())
@@ -26,24 +26,24 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'B\tTaskProtoP\001Z2sessionstate/gen/go/sessionstate/v1;sessionstatev1\242\002\003SSX\252\002\017SessionState.V1\312\002\017SessionState\\V1\352\002\020SessionState::V1'
   _TASKSERVICE.methods_by_name['ListTasks']._options = None
   _TASKSERVICE.methods_by_name['ListTasks']._serialized_options = b'\220\002\001'
-  _TASKKIND._serialized_start=1712
-  _TASKKIND._serialized_end=1852
-  _TASKSTATE._serialized_start=1855
-  _TASKSTATE._serialized_end=2104
+  _TASKKIND._serialized_start=1725
+  _TASKKIND._serialized_end=1865
+  _TASKSTATE._serialized_start=1868
+  _TASKSTATE._serialized_end=2117
   _TASK._serialized_start=145
-  _TASK._serialized_end=676
-  _UPSERTTASKREQUEST._serialized_start=679
-  _UPSERTTASKREQUEST._serialized_end=978
-  _UPSERTTASKRESPONSE._serialized_start=980
-  _UPSERTTASKRESPONSE._serialized_end=1080
-  _LISTTASKSREQUEST._serialized_start=1083
-  _LISTTASKSREQUEST._serialized_end=1319
-  _LISTTASKSRESPONSE._serialized_start=1322
-  _LISTTASKSRESPONSE._serialized_end=1495
-  _CANCELTASKREQUEST._serialized_start=1497
-  _CANCELTASKREQUEST._serialized_end=1596
-  _CANCELTASKRESPONSE._serialized_start=1598
-  _CANCELTASKRESPONSE._serialized_end=1709
-  _TASKSERVICE._serialized_start=2107
-  _TASKSERVICE._serialized_end=2383
+  _TASK._serialized_end=705
+  _UPSERTTASKREQUEST._serialized_start=708
+  _UPSERTTASKREQUEST._serialized_end=1007
+  _UPSERTTASKRESPONSE._serialized_start=1009
+  _UPSERTTASKRESPONSE._serialized_end=1109
+  _LISTTASKSREQUEST._serialized_start=1112
+  _LISTTASKSREQUEST._serialized_end=1348
+  _LISTTASKSRESPONSE._serialized_start=1351
+  _LISTTASKSRESPONSE._serialized_end=1524
+  _CANCELTASKREQUEST._serialized_start=1526
+  _CANCELTASKREQUEST._serialized_end=1609
+  _CANCELTASKRESPONSE._serialized_start=1611
+  _CANCELTASKRESPONSE._serialized_end=1722
+  _TASKSERVICE._serialized_start=2120
+  _TASKSERVICE._serialized_end=2396
 # @@protoc_insertion_point(module_scope)

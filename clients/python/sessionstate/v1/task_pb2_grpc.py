@@ -62,7 +62,9 @@ class TaskServiceServicer(object):
         another state is FAILED_PRECONDITION, the same one again is an idempotent retry. The
         transition into a terminal state appends the run's end to the task session's signal
         log once (SPEC §2.1): run_completed for COMPLETED, run_failed with outcome `cancelled`
-        for CANCELED, `timeout` for FAILED with timed_out, `error` for other FAILED and REJECTED.
+        for CANCELED, `timeout` for FAILED with timed_out, `error` for other FAILED and REJECTED
+        — with the task's run id and the dedupe key "run-end:" + task_id, so a Gateway that also
+        appends the run's end with that key records it once.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
