@@ -3,7 +3,6 @@
  * PostgreSQL, for replicas (SPEC §7); anything else is the path of the embedded SQLite
  * file, the default.
  */
-import { PostgresStorage } from "./postgres/storage.js";
 import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
 import { isPostgresUrl } from "./databaseName.js";
 import type { CoreMetrics } from "./metrics.js";
@@ -24,6 +23,8 @@ export interface OpenStorageOptions {
 
 export async function openStorage(options: OpenStorageOptions): Promise<Storage> {
   if (isPostgresUrl(options.db)) {
+    // Loaded only when asked for: a node on the embedded default never runs node-postgres.
+    const { PostgresStorage } = await import("./postgres/storage.js");
     return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
   }
   return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics });
