@@ -33,16 +33,34 @@ async function server(): Promise<TestServer> {
   return t;
 }
 
-/** Gateway clients whose AppendEvents calls are counted. */
-function counted(url: string, protocol: "connect" | "grpc" = "connect"): { clients: GatewayClients; appendCalls: () => number } {
+/**
+ * Gateway clients whose appends are counted: AppendEvents calls plus batches sent on
+ * AppendEventStream (`appendCalls`), and each apart.
+ */
+function counted(
+  url: string,
+  protocol: "connect" | "grpc" | "grpc-web" = "connect",
+): { clients: GatewayClients; appendCalls: () => number; unaryCalls: () => number; streamBatches: () => number; streamsOpened: () => number } {
   let calls = 0;
+  let batches = 0;
+  let streams = 0;
+  async function* counting<T>(messages: AsyncIterable<T>): AsyncIterable<T> {
+    for await (const m of messages) {
+      batches++;
+      yield m;
+    }
+  }
   const count: Interceptor = (next) => async (req) => {
     if (req.method.name === "AppendEvents") calls++;
+    if (req.method.name === "AppendEventStream" && req.stream) {
+      streams++;
+      return next({ ...req, message: counting(req.message) });
+    }
     return next(req);
   };
   const clients = createGatewayClients(url, { protocol, interceptors: [count] });
   cleanups.push(() => clients.close());
-  return { clients, appendCalls: () => calls };
+  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams };
 }
 
 const goal = (sessionKey: string, runId: string): EventInit => ({
