@@ -590,6 +590,26 @@ const ROUTE = { channel: "telegram", to: "u1", accountId: "a1", threadId: "th1" 
  * list of messages. An RPC without an entry is fuzzed from an empty request.
  */
 const VALID_REQUESTS: Record<string, Json | Json[]> = {
+  // A refused batch is answered in the stream (its error field), not as the call's code; an
+  // internal error would still show in the server's log, which the fuzz checks.
+  "sessionstate.v1.StateService/AppendEventStream": [
+    {
+      batchId: "1",
+      events: [
+        {
+          session: FUZZ_CHILD,
+          kind: "EVENT_KIND_GOAL_CHANGED",
+          actorType: "ACTOR_TYPE_AGENT",
+          actorId: "agent:fuzz:main",
+          runId: "run-1",
+          summary: "goal updated",
+          payload: { channel: "telegram" },
+          dedupeKey: "fuzz-1",
+          watcherSessionKeys: ["agent:fuzz:main"],
+        },
+      ],
+    },
+  ],
   "sessionstate.v1.StateService/AppendEvents": {
     events: [
       {
