@@ -30,8 +30,8 @@ afterEach(async () => {
   killAllServerProcesses();
 });
 
-async function server(): Promise<TestServer> {
-  const t = await startTestServer();
+async function server(options: Parameters<typeof startTestServer>[0] = {}): Promise<TestServer> {
+  const t = await startTestServer(options);
   cleanups.push(() => t.stop());
   return t;
 }
@@ -266,6 +266,22 @@ describe("restart in the middle of a load", () => {
       expect(logs.get(a.session)!.get(seq), `${a.runId} answered recorded at ${seq}`).toBe(a.runId);
     }
   }, 90_000);
+});
+
+describe("a service that reads one batch at a time", () => {
+  it("with --max-stream-batches-in-flight 1 every batch is still answered, each caller with its own event", async () => {
+    const t = await server({ maxStreamBatchesInFlight: 1 });
+    const { clients, streamBatches, unaryCalls } = counted(t.url);
+    coalesceRecords(clients.state, { maxBatchEvents: 5 });
+    const results = await Promise.all(Array.from({ length: 100 }, (_, i) => recordEvent(clients.state, goal("agent:main:one", `o-${i}`), quiet)));
+    expect(streamBatches()).toBeGreaterThanOrEqual(20);
+    expect(unaryCalls()).toBe(0);
+    const log = await logOf(t, "agent:main:one");
+    results.forEach((r, i) => {
+      expect(r.status).toBe("recorded");
+      expect(log.get((r as Extract<RecordResult, { status: "recorded" }>).sequence)?.runId).toBe(`o-${i}`);
+    });
+  });
 });
 
 describe("a service without AppendEventStream", () => {
