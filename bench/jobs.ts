@@ -21,9 +21,11 @@ type UnaryCall =
   | "raw-health"
   /**
    * One goal_changed event per caller through the client helper `recordEvent` (coalesced:
-   * concurrent callers share AppendEvents calls), cycling over `sessions`.
+   * concurrent callers share AppendEvents calls — streaming turned off), cycling over `sessions`.
    */
   | "record-coalesced"
+  /** The same through `recordEvent` as shipped: coalesced batches on one AppendEventStream. */
+  | "record-stream"
   /** The peers a team could pick instead (`peer` says where): JetStream publish with ack, file storage. */
   | "jetstream-publish"
   /** Redis XADD of the same event bytes. */

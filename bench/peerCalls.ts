@@ -1,6 +1,7 @@
 /**
  * The calls of the `peers` section, run in the load-client process (loadClient.ts): one
- * single event per call through our client helper `recordEvent` (coalesced), and the same
+ * single event per call through our client helper `recordEvent` (coalesced, over shared
+ * AppendEvents calls or over its AppendEventStream), and the same
  * event's bytes published to NATS JetStream (publish with ack, file storage) or added to a
  * Redis stream (XADD) — what a team could use instead. Each returns the call and what closes
  * its connection (and removes what it created on the peer).
@@ -12,7 +13,7 @@ import { Redis } from "ioredis";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { EventInputSchema } from "../gen/sessionstate/v1/state_pb.js";
 import { createGatewayClients } from "../src/client/clients.js";
-import { recordEvent, type EventInit } from "../src/client/recordEvent.js";
+import { coalesceRecords, recordEvent, type EventInit } from "../src/client/recordEvent.js";
 import type { UnaryLoadJob } from "./jobs.js";
 
 export const JETSTREAM_STREAM = "SESSIONSTATE_BENCH";
@@ -50,8 +51,11 @@ function hostPort(peer: string | undefined, fallback: string): { host: string; p
 
 export async function openCall(job: UnaryLoadJob): Promise<OpenedCall> {
   switch (job.call) {
-    case "record-coalesced": {
+    case "record-coalesced":
+    case "record-stream": {
       const clients = createGatewayClients(job.url);
+      // record-coalesced: the unary path (shared AppendEvents calls); record-stream: the default.
+      if (job.call === "record-coalesced") coalesceRecords(clients.state, { stream: false });
       let n = 0;
       return {
         call: async () => {
@@ -112,4 +116,4 @@ export async function openCall(job: UnaryLoadJob): Promise<OpenedCall> {
 }
 
 /** The calls openCall makes. */
-export const OPENED_CALLS: readonly UnaryLoadJob["call"][] = ["record-coalesced", "jetstream-publish", "redis-xadd"];
+export const OPENED_CALLS: readonly UnaryLoadJob["call"][] = ["record-coalesced", "record-stream", "jetstream-publish", "redis-xadd"];

@@ -91,7 +91,7 @@ const SECTIONS: Section[] = [
   },
   {
     name: "peers",
-    description: "single events from 16 concurrent callers: NATS JetStream publish-ack and Redis XADD beside raw AppendEvents, coalesced recordEvent and the no-op RPC",
+    description: "single events from 16 concurrent callers: NATS JetStream publish-ack and Redis XADD beside raw AppendEvents, recordEvent coalesced into calls and over AppendEventStream, and the no-op RPC",
     run: benchPeers,
   },
   {

@@ -87,6 +87,11 @@ fixtures(StateService, {
     request: { events: [{ session: MAIN, kind: EventKind.GOAL_CHANGED, actorType: ActorType.HUMAN, summary: "goal updated" }] },
     allowed: ACT,
   },
+  // A batch outside the token's agents is a per-batch PERMISSION_DENIED (read by call() below).
+  appendEventStream: {
+    request: { batchId: 1n, events: [{ session: MAIN, kind: EventKind.GOAL_CHANGED, actorType: ActorType.HUMAN, summary: "goal updated" }] },
+    allowed: ACT,
+  },
   getStatus: { request: { session: MAIN, changesSince: 0n }, allowed: READ },
 });
 
@@ -191,7 +196,11 @@ async function call(transport: Transport, fixture: Fixture): Promise<Outcome> {
       case "server_streaming":
       case "bidi_streaming": {
         const input = method.methodKind === "server_streaming" ? request : once(request);
-        for await (const _ of rpc(input, options) as AsyncIterable<unknown>) break;
+        for await (const first of rpc(input, options) as AsyncIterable<{ error?: { code: number; message: string } }>) {
+          // AppendEventStream answers a refused batch with a per-batch status, not a stream error.
+          if (method.name === "AppendEventStream" && first.error) return { code: first.error.code as Code, message: first.error.message };
+          break;
+        }
         break;
       }
     }
@@ -339,6 +348,28 @@ describe("scope rules", () => {
     expect(await denial(as("gateway").state.getStatus({ session: { sessionKey: "global" } }))).toMatch(
       /^InvalidArgument: session\.agent_id: is required/,
     );
+  });
+
+  it("AppendEventStream authorizes each batch: one outside the token's agents is refused alone and the stream goes on", async () => {
+    for (const protocol of PROTOCOLS) {
+      const gw = as("gateway", protocol);
+      const event = (sessionKey: string) => ({ session: { sessionKey }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.HUMAN, summary: `via ${protocol}` });
+      async function* batches() {
+        yield { batchId: 1n, events: [event(MAIN.sessionKey)] };
+        yield { batchId: 2n, events: [event(MAIN.sessionKey), event("agent:ops:main")] };
+        yield { batchId: 3n, events: [event(MAIN.sessionKey)] };
+      }
+      const answers = new Map<bigint, { code?: number; message?: string; results: number }>();
+      for await (const res of gw.state.appendEventStream(batches())) {
+        answers.set(res.batchId, { code: res.error?.code, message: res.error?.message, results: res.results.length });
+      }
+      expect(answers.get(1n)).toEqual({ code: undefined, message: undefined, results: 1 });
+      expect(answers.get(2n)).toMatchObject({ code: Code.PermissionDenied, results: 0 });
+      expect(answers.get(2n)!.message).toMatch(/request targets agent "ops"$/);
+      expect(answers.get(3n)).toEqual({ code: undefined, message: undefined, results: 1 });
+      // A reader may not open it at all.
+      expect(await denial(as("reader", protocol).state.appendEventStream(batches()))).toMatch(/^PermissionDenied: token "dashboard" has role reader/);
+    }
   });
 
   it("StreamNotices is authorized on open for the selected agent and every selected watcher", async () => {

@@ -10,10 +10,13 @@
 import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, type Interceptor } from "@connectrpc/connect";
 import fc from "fast-check";
+import { connectNodeAdapter } from "@connectrpc/connect-node";
+import * as http2 from "node:http2";
+import type { AddressInfo } from "node:net";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import { ActorType, EventKind, RunOutcome } from "../gen/sessionstate/v1/event_pb.js";
-import { EventInputSchema } from "../gen/sessionstate/v1/state_pb.js";
+import { EventInputSchema, StateService } from "../gen/sessionstate/v1/state_pb.js";
 import { createGatewayClients, type GatewayClients } from "../src/client/clients.js";
 import { encodeEventInput } from "../src/client/eventInputWire.js";
 import { coalesceRecords, recordEvent, type EventInit, type RecordResult } from "../src/client/recordEvent.js";
@@ -27,22 +30,40 @@ afterEach(async () => {
   killAllServerProcesses();
 });
 
-async function server(): Promise<TestServer> {
-  const t = await startTestServer();
+async function server(options: Parameters<typeof startTestServer>[0] = {}): Promise<TestServer> {
+  const t = await startTestServer(options);
   cleanups.push(() => t.stop());
   return t;
 }
 
-/** Gateway clients whose AppendEvents calls are counted. */
-function counted(url: string, protocol: "connect" | "grpc" = "connect"): { clients: GatewayClients; appendCalls: () => number } {
+/**
+ * Gateway clients whose appends are counted: AppendEvents calls plus batches sent on
+ * AppendEventStream (`appendCalls`), and each apart.
+ */
+function counted(
+  url: string,
+  protocol: "connect" | "grpc" | "grpc-web" = "connect",
+): { clients: GatewayClients; appendCalls: () => number; unaryCalls: () => number; streamBatches: () => number; streamsOpened: () => number } {
   let calls = 0;
+  let batches = 0;
+  let streams = 0;
+  async function* counting<T>(messages: AsyncIterable<T>): AsyncIterable<T> {
+    for await (const m of messages) {
+      batches++;
+      yield m;
+    }
+  }
   const count: Interceptor = (next) => async (req) => {
     if (req.method.name === "AppendEvents") calls++;
+    if (req.method.name === "AppendEventStream" && req.stream) {
+      streams++;
+      return next({ ...req, message: counting(req.message) });
+    }
     return next(req);
   };
   const clients = createGatewayClients(url, { protocol, interceptors: [count] });
   cleanups.push(() => clients.close());
-  return { clients, appendCalls: () => calls };
+  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams };
 }
 
 const goal = (sessionKey: string, runId: string): EventInit => ({
@@ -71,13 +92,16 @@ async function logOf(t: TestServer, sessionKey: string) {
 describe("coalescing concurrent records", () => {
   it("many concurrent calls on several sessions share few AppendEvents calls; each gets its own exact sequence", async () => {
     const t = await server();
-    const { clients, appendCalls } = counted(t.url);
+    const { clients, appendCalls, unaryCalls, streamsOpened } = counted(t.url);
     const sessions = ["agent:main:a", "agent:main:b", "agent:ops:c"];
     const n = 300;
     const results = await Promise.all(Array.from({ length: n }, (_, i) => recordEvent(clients.state, goal(sessions[i % 3]!, `run-${i}`), quiet)));
     // 300 records in a few calls (at most 200 events a call, queued while one is in flight).
     expect(appendCalls()).toBeGreaterThanOrEqual(2);
     expect(appendCalls()).toBeLessThanOrEqual(10);
+    // As batches on one AppendEventStream, not as calls.
+    expect(unaryCalls()).toBe(0);
+    expect(streamsOpened()).toBe(1);
     // Each answer is the caller's own event: its sequence holds its run id, in its session.
     const logs = new Map(await Promise.all(sessions.map(async (s) => [s, await logOf(t, s)] as const)));
     const seen = new Set<bigint>();
@@ -92,7 +116,7 @@ describe("coalescing concurrent records", () => {
 
   it("an invalid event among good ones fails only its caller, with the answer it would get alone", async () => {
     const t = await server();
-    const { clients, appendCalls } = counted(t.url);
+    const { clients, appendCalls, unaryCalls, streamsOpened } = counted(t.url);
     const events = Array.from({ length: 40 }, (_, i) => goal("agent:main:a", `run-${i}`));
     events[7] = { ...events[7]!, summary: "" };
     events[23] = { ...events[23]!, kind: EventKind.UNSPECIFIED };
@@ -107,6 +131,10 @@ describe("coalescing concurrent records", () => {
     expect(alone).toMatchObject({ status: "failed", code: Code.InvalidArgument, message: expect.stringContaining("summary") });
     // Narrowed down by halves: far fewer calls than one per event.
     expect(appendCalls() - before).toBeLessThanOrEqual(1 + 2 * 2 * Math.ceil(Math.log2(40)));
+    // The refusals were per batch: the one stream carried every batch (only the coalesce: false
+    // record above was a call of its own).
+    expect(unaryCalls()).toBe(1);
+    expect(streamsOpened()).toBe(1);
     const log = await logOf(t, "agent:main:a");
     expect([...log.values()].map((e) => e.runId).sort()).toEqual(
       events.map((e, i) => (i === 7 || i === 23 ? undefined : e.runId)).filter((x) => x !== undefined).sort(),
@@ -134,6 +162,20 @@ describe("coalescing concurrent records", () => {
     const viaGrpc = await Promise.all(Array.from({ length: 20 }, (_, i) => recordEvent(grpc.clients.state, goal("agent:main:g", `g-${i}`), quiet)));
     expect(viaGrpc.every((r) => r.status === "recorded")).toBe(true);
     expect(grpc.appendCalls()).toBeLessThan(20);
+    expect(grpc.streamsOpened()).toBe(1);
+    const grpcWeb = counted(t.url, "grpc-web");
+    const viaGrpcWeb = await Promise.all(Array.from({ length: 20 }, (_, i) => recordEvent(grpcWeb.clients.state, goal("agent:main:w", `w-${i}`), quiet)));
+    expect(viaGrpcWeb.every((r) => r.status === "recorded")).toBe(true);
+    expect(grpcWeb.streamBatches()).toBeLessThan(20);
+    expect(grpcWeb.unaryCalls()).toBe(0);
+
+    const calls = counted(t.url);
+    coalesceRecords(calls.clients.state, { stream: false });
+    await Promise.all(Array.from({ length: 20 }, (_, i) => recordEvent(calls.clients.state, goal("agent:main:w", `c-${i}`), quiet)));
+    expect(calls.streamsOpened()).toBe(0);
+    expect(calls.unaryCalls()).toBeGreaterThan(0);
+    expect(calls.unaryCalls()).toBeLessThan(20);
+    expect((await logOf(t, "agent:main:w")).size).toBe(40);
 
     const alone = counted(t.url);
     await Promise.all(Array.from({ length: 5 }, (_, i) => recordEvent(alone.clients.state, goal("agent:main:g", `a-${i}`), { ...quiet, coalesce: false })));
@@ -171,7 +213,7 @@ describe("coalescing concurrent records", () => {
 });
 
 describe("restart in the middle of a load", () => {
-  it("a service killed (SIGKILL) while coalesced calls are in flight: every event answered recorded is in the log after the restart", async () => {
+  it.each(["stream", "calls"] as const)("a service killed (SIGKILL) while coalesced batches are in flight (%s): every event answered recorded is in the log after the restart", async (mode) => {
     const dir = tempDir("coalescing-restart-");
     cleanups.push(() => dir.remove());
     const port = await stablePort();
@@ -179,6 +221,7 @@ describe("restart in the middle of a load", () => {
     let proc = await startServerProcess({ port, db });
     const clients = createGatewayClients(proc.url);
     cleanups.push(() => clients.close());
+    if (mode === "calls") coalesceRecords(clients.state, { stream: false });
     const answers: { runId: string; session: string; result: RecordResult }[] = [];
     let stop = false;
     let n = 0;
@@ -223,6 +266,47 @@ describe("restart in the middle of a load", () => {
       expect(logs.get(a.session)!.get(seq), `${a.runId} answered recorded at ${seq}`).toBe(a.runId);
     }
   }, 90_000);
+});
+
+describe("a service that reads one batch at a time", () => {
+  it("with --max-stream-batches-in-flight 1 every batch is still answered, each caller with its own event", async () => {
+    const t = await server({ maxStreamBatchesInFlight: 1 });
+    const { clients, streamBatches, unaryCalls } = counted(t.url);
+    coalesceRecords(clients.state, { maxBatchEvents: 5 });
+    const results = await Promise.all(Array.from({ length: 100 }, (_, i) => recordEvent(clients.state, goal("agent:main:one", `o-${i}`), quiet)));
+    expect(streamBatches()).toBeGreaterThanOrEqual(20);
+    expect(unaryCalls()).toBe(0);
+    const log = await logOf(t, "agent:main:one");
+    results.forEach((r, i) => {
+      expect(r.status).toBe("recorded");
+      expect(log.get((r as Extract<RecordResult, { status: "recorded" }>).sequence)?.runId).toBe(`o-${i}`);
+    });
+  });
+});
+
+describe("a service without AppendEventStream", () => {
+  it("answers UNIMPLEMENTED once; the client falls back to AppendEvents calls and loses nothing", async () => {
+    const t = await server();
+    // A StateService with only AppendEvents (passed on to the real service): the routes of a
+    // service that predates the stream.
+    const real = createGatewayClients(t.url);
+    cleanups.push(() => real.close());
+    const h2 = http2.createServer(connectNodeAdapter({ routes: (router) => router.service(StateService, { appendEvents: (req) => real.state.appendEvents(req) }) }));
+    await new Promise<void>((resolve) => h2.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => h2.close(() => resolve())));
+    const { clients, unaryCalls, streamsOpened } = counted(`http://127.0.0.1:${(h2.address() as AddressInfo).port}`);
+    const first = await Promise.all(Array.from({ length: 30 }, (_, i) => recordEvent(clients.state, goal("agent:main:old", `f-${i}`), quiet)));
+    const later = await Promise.all(Array.from({ length: 30 }, (_, i) => recordEvent(clients.state, goal("agent:main:old", `l-${i}`), quiet)));
+    for (const r of [...first, ...later]) expect(r.status).toBe("recorded");
+    expect(streamsOpened()).toBe(1); // tried once, then calls only
+    expect(unaryCalls()).toBeGreaterThanOrEqual(2);
+    const log = await logOf(t, "agent:main:old");
+    expect(log.size).toBe(60);
+    [...first, ...later].forEach((r, i) => {
+      const runId = i < 30 ? `f-${i}` : `l-${i - 30}`;
+      expect(log.get((r as Extract<RecordResult, { status: "recorded" }>).sequence)?.runId).toBe(runId);
+    });
+  });
 });
 
 describe("the EventInput encoder", () => {

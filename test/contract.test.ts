@@ -69,6 +69,43 @@ describe.each(PROTOCOLS)("over %s", (protocol) => {
     expect(await code(c.state.appendEvents({ events: [{ session: { sessionKey: child }, kind: 99 as EventKind, actorType: ActorType.HUMAN, summary: "x" }] }))).toBe(Code.InvalidArgument);
   });
 
+  it("StateService.AppendEventStream", async () => {
+    const session = { sessionKey: `agent:${agent}:stream` };
+    const ev = (summary: string, kind = EventKind.GOAL_CHANGED) => ({ session, kind, actorType: ActorType.AGENT, actorId: main, summary });
+    // Batches written as fast as they come; answers matched by batch id, in any order.
+    const sent = [
+      { batchId: 10n, events: [ev("s-1"), ev("s-2")] },
+      { batchId: 11n, events: [ev("s-3"), ev("bad", 99 as EventKind), ev("s-4")] }, // refused as a whole
+      { batchId: 12n, events: [] }, // empty: refused
+      { batchId: 13n, events: [ev("s-5")] }, // the stream goes on after refusals
+      { batchId: 14n, events: Array.from({ length: 50 }, (_, i) => ev(`m-${i}`)) },
+    ];
+    async function* requests() {
+      for (const r of sent) yield r;
+    }
+    const answers = new Map<bigint, { error?: { code: number; message: string }; results: { sequence: bigint; recorded: boolean }[] }>();
+    for await (const res of c.state.appendEventStream(requests())) answers.set(res.batchId, res);
+    expect([...answers.keys()].sort()).toEqual([10n, 11n, 12n, 13n, 14n]);
+    expect(answers.get(11n)!.error).toMatchObject({ code: Code.InvalidArgument, message: expect.stringContaining("kind") });
+    expect(answers.get(11n)!.results).toEqual([]);
+    expect(answers.get(12n)!.error?.code).toBe(Code.InvalidArgument);
+    // The same answer AppendEvents gives for the same events.
+    const unary = await code(c.state.appendEvents({ events: sent[1]!.events }));
+    expect(unary).toBe(answers.get(11n)!.error!.code);
+    // Each result names its own event in the log.
+    const log = await c.state.getStatus({ session, changesSince: 0n, limit: 200 });
+    const bySeq = new Map(log.stateChanges!.events.map((e) => [e.sequence, e.summary]));
+    expect(bySeq.size).toBe(53);
+    for (const id of [10n, 13n, 14n]) {
+      const batch = sent.find((b) => b.batchId === id)!;
+      expect(answers.get(id)!.error).toBeUndefined();
+      answers.get(id)!.results.forEach((r, i) => {
+        expect(r.recorded).toBe(true);
+        expect(bySeq.get(r.sequence)).toBe(batch.events[i]!.summary);
+      });
+    }
+  });
+
   it("StateService.GetStatus", async () => {
     const res = await c.state.getStatus({ session: { sessionKey: child }, changesSince: 0n, limit: 1 });
     expect(res.stateChanges).toMatchObject({ truncated: true, historyGap: false });

@@ -150,7 +150,7 @@ describe.each(versions)("grpc.reflection.%s", (_version, ask) => {
     }
     const registry = createFileRegistry(create(FileDescriptorSetSchema, { file: ordered }));
     const service = registry.getService("sessionstate.v1.StateService");
-    expect(service?.methods.map((m) => m.name)).toEqual(["AppendEvents", "GetStatus"]);
+    expect(service?.methods.map((m) => m.name)).toEqual(["AppendEvents", "AppendEventStream", "GetStatus"]);
     expect(registry.getMessage("sessionstate.v1.GetStatusResponse")?.field.session.message?.typeName).toBe(
       "sessionstate.v1.Session",
     );
@@ -302,6 +302,7 @@ describe("buf curl against the server", () => {
     // path to it, so ".../sessionstate.v1.StateService" would ask a path that 404s.
     const methods = await curl("--list-methods", baseUrl);
     expect(methods.filter((m) => m.startsWith("sessionstate.v1.StateService/"))).toEqual([
+      "sessionstate.v1.StateService/AppendEventStream",
       "sessionstate.v1.StateService/AppendEvents",
       "sessionstate.v1.StateService/GetStatus",
     ]);

@@ -8,7 +8,15 @@ import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { EventKind } from "../../gen/sessionstate/v1/event_pb.js";
-import { AppendEventsRequestSchema, EventInputSchema, StateService, type AppendResult } from "../../gen/sessionstate/v1/state_pb.js";
+import {
+  AppendEventStreamRequestSchema,
+  AppendEventsRequestSchema,
+  EventInputSchema,
+  StateService,
+  type AppendEventStreamRequest,
+  type AppendEventStreamResponse,
+  type AppendResult,
+} from "../../gen/sessionstate/v1/state_pb.js";
 import { encodeEventInput } from "./eventInputWire.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
 
@@ -102,9 +110,23 @@ export interface CoalesceOptions {
   maxBatchBytes?: number;
   /** Most coalesced AppendEvents calls of this client in flight at once; more wait and are merged. Default 2. */
   maxInFlight?: number;
+  /**
+   * Send the batches over one long-lived AppendEventStream instead of AppendEvents calls
+   * (clients made by createGatewayClients only; others always use calls). Default true; a
+   * service without the RPC (UNIMPLEMENTED) is answered by calls from then on.
+   */
+  stream?: boolean;
+  /** Most batches of this client in flight on its stream at once; more records queue. Default 32. */
+  maxStreamInFlight?: number;
 }
 
-export const DEFAULT_COALESCE: Readonly<Required<CoalesceOptions>> = Object.freeze({ maxBatchEvents: 200, maxBatchBytes: 1024 * 1024, maxInFlight: 2 });
+export const DEFAULT_COALESCE: Readonly<Required<CoalesceOptions>> = Object.freeze({
+  maxBatchEvents: 200,
+  maxBatchBytes: 1024 * 1024,
+  maxInFlight: 2,
+  stream: true,
+  maxStreamInFlight: 32,
+});
 
 /**
  * State clients whose transport always sends binary protobuf (those createGatewayClients
@@ -154,6 +176,8 @@ export function coalesceRecords(client: StateClient, options: CoalesceOptions | 
         maxBatchEvents: limit(options.maxBatchEvents, DEFAULT_COALESCE.maxBatchEvents, 1, MAX_BATCH_EVENTS, "maxBatchEvents"),
         maxBatchBytes: limit(options.maxBatchBytes, DEFAULT_COALESCE.maxBatchBytes, 1, 64 * 1024 * 1024, "maxBatchBytes"),
         maxInFlight: limit(options.maxInFlight, DEFAULT_COALESCE.maxInFlight, 1, 1024, "maxInFlight"),
+        stream: options.stream ?? DEFAULT_COALESCE.stream,
+        maxStreamInFlight: limit(options.maxStreamInFlight, DEFAULT_COALESCE.maxStreamInFlight, 1, 1024, "maxStreamInFlight"),
       },
       binaryClients.has(client),
     ),
@@ -240,6 +264,9 @@ class Coalescer {
   private readonly queue: Queued[] = [];
   private inFlight = 0;
   private scheduled = false;
+  /** The service answered AppendEventStream with UNIMPLEMENTED: calls from now on. */
+  private streamMissing = false;
+  private stream: BatchStream | undefined;
 
   constructor(
     private readonly client: StateClient,
@@ -335,8 +362,17 @@ class Coalescer {
     q.settle({ status: "failed", code: error.code, message: error.rawMessage });
   }
 
+  /** Whether batches go over the stream: a binary client, streaming on, the service has the RPC. */
+  private streaming(): boolean {
+    return this.binary && this.limits.stream && !this.streamMissing;
+  }
+
+  private maxInFlight(): number {
+    return this.streaming() ? this.limits.maxStreamInFlight : this.limits.maxInFlight;
+  }
+
   private schedule(): void {
-    if (this.scheduled || this.inFlight >= this.limits.maxInFlight || this.queue.length === 0) return;
+    if (this.scheduled || this.inFlight >= this.maxInFlight() || this.queue.length === 0) return;
     this.scheduled = true;
     setImmediate(() => {
       this.scheduled = false;
@@ -346,7 +382,7 @@ class Coalescer {
 
   /** Sends what is queued, in batches within the limits, while calls may be added. */
   private flush(): void {
-    while (this.queue.length > 0 && this.inFlight < this.limits.maxInFlight) {
+    while (this.queue.length > 0 && this.inFlight < this.maxInFlight()) {
       // Everything queued goes in one call (within the limits): the fewer calls, the less
       // each event costs; spreading a queue over several windows measured slower here.
       let bytes = 0;
@@ -359,11 +395,43 @@ class Coalescer {
       }
       const batch = this.queue.splice(0, n);
       this.inFlight++;
-      void this.send(batch).finally(() => {
+      void (this.streaming() ? this.sendOnStream(batch) : this.send(batch)).finally(() => {
         this.inFlight--;
         this.schedule();
       });
     }
+  }
+
+  /**
+   * One batch on the client's AppendEventStream; a per-batch refusal that may be one event's
+   * is narrowed down as with calls. A batch in flight on a stream that fails may or may not
+   * have been committed: its callers get the failure (never sent again), as with a failed
+   * call — except when the service does not have the RPC (nothing was handled), when the
+   * batch goes by call instead.
+   */
+  private async sendOnStream(batch: Queued[]): Promise<void> {
+    const live = batch.filter((q) => !q.settled);
+    if (live.length === 0) return;
+    if (this.stream === undefined || this.stream.ended) this.stream = new BatchStream(this.client);
+    let deadline = 0;
+    for (const q of live) deadline = Math.max(deadline, q.deadline);
+    const answer = await this.stream.send(live.map((q) => q.wire!), deadline);
+    if ("results" in answer) {
+      live.forEach((q, i) => q.settle(resultOf(answer.results[i])));
+      return;
+    }
+    const error = answer.error;
+    if (answer.unimplemented) {
+      this.streamMissing = true;
+      return this.send(live);
+    }
+    if (answer.perBatch && live.length > 1 && SPLIT_ON.has(error.code)) {
+      const half = Math.ceil(live.length / 2);
+      await this.sendOnStream(live.slice(0, half));
+      await this.sendOnStream(live.slice(half));
+      return;
+    }
+    for (const q of live) this.failWith(q, error);
   }
 
   /** One AppendEvents call for `batch`; a refusal that may be one event's is narrowed down. */
@@ -402,6 +470,139 @@ class Coalescer {
     } finally {
       clearTimeout(timer);
     }
+  }
+}
+
+/** What a stream answered for one batch. */
+type StreamAnswer =
+  | { results: AppendResult[] }
+  /** perBatch: the service refused this batch (nothing written); else the stream failed. */
+  | { error: ConnectError; perBatch: boolean; unimplemented: boolean };
+
+/** How long an idle stream stays open. */
+const STREAM_IDLE_MS = 2_000;
+
+/**
+ * One AppendEventStream of a client: batches are written as they come, each with an id of
+ * its own, and answered by id in whatever order the service commits them. The stream ends
+ * when it fails (every batch in flight is answered with the failure), when a batch in flight
+ * passes its callers' last deadline (ended as DEADLINE_EXCEEDED, like a call), or after
+ * STREAM_IDLE_MS with nothing in flight (so an idle client holds no open stream).
+ */
+class BatchStream {
+  ended = false;
+  private nextId = 0n;
+  private readonly waiting = new Map<bigint, { resolve: (a: StreamAnswer) => void; deadline: number }>();
+  private readonly outbox: AppendEventStreamRequest[] = [];
+  private pull: (() => void) | undefined;
+  private readonly abort = new AbortController();
+  private sawAnswer = false;
+  private timer: ReturnType<typeof setTimeout> | undefined;
+  private timerAt = Infinity;
+  private lastActive = performance.now();
+
+  constructor(client: StateClient) {
+    const responses = client.appendEventStream(this.requests(), { signal: this.abort.signal });
+    void this.read(responses);
+  }
+
+  send(events: Uint8Array[], deadline: number): Promise<StreamAnswer> {
+    const batchId = this.nextId++;
+    const message = create(AppendEventStreamRequestSchema, { batchId });
+    message.$unknown = events.map((data) => ({ no: 2, wireType: WireType.LengthDelimited, data }));
+    this.lastActive = performance.now();
+    return new Promise<StreamAnswer>((resolve) => {
+      this.waiting.set(batchId, { resolve, deadline });
+      this.outbox.push(message);
+      this.wakeWriter();
+      this.arm(deadline);
+    });
+  }
+
+  private wakeWriter(): void {
+    const p = this.pull;
+    this.pull = undefined;
+    p?.();
+  }
+
+  private async *requests(): AsyncGenerator<AppendEventStreamRequest> {
+    while (!this.ended) {
+      if (this.outbox.length === 0) {
+        await new Promise<void>((r) => (this.pull = r));
+        continue;
+      }
+      const batch = this.outbox.splice(0);
+      for (const m of batch) yield m;
+    }
+  }
+
+  /** One timer: the earliest deadline of a batch in flight, or the idle end. */
+  private arm(at: number): void {
+    if (at >= this.timerAt) return;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.timerAt = at;
+    this.timer = setTimeout(() => this.check(), Math.max(1, Math.ceil(at - performance.now())));
+  }
+
+  private check(): void {
+    this.timer = undefined;
+    this.timerAt = Infinity;
+    if (this.ended) return;
+    const now = performance.now();
+    let next = Infinity;
+    for (const w of this.waiting.values()) {
+      if (w.deadline <= now) {
+        this.fail(new ConnectError("the stream's batch passed its callers' deadlines", Code.DeadlineExceeded));
+        return;
+      }
+      next = Math.min(next, w.deadline);
+    }
+    if (this.waiting.size === 0) {
+      if (now - this.lastActive >= STREAM_IDLE_MS) {
+        this.close();
+        return;
+      }
+      next = this.lastActive + STREAM_IDLE_MS;
+    }
+    this.arm(next);
+  }
+
+  private async read(responses: AsyncIterable<AppendEventStreamResponse>): Promise<void> {
+    try {
+      for await (const res of responses) {
+        this.sawAnswer = true;
+        this.lastActive = performance.now();
+        const w = this.waiting.get(res.batchId);
+        if (w === undefined) continue;
+        this.waiting.delete(res.batchId);
+        if (res.error !== undefined) {
+          const code = (res.error.code in Code ? res.error.code : Code.Unknown) as Code;
+          w.resolve({ error: new ConnectError(res.error.message, code), perBatch: true, unimplemented: false });
+        } else {
+          w.resolve({ results: res.results });
+        }
+        if (this.waiting.size === 0) this.arm(this.lastActive + STREAM_IDLE_MS);
+      }
+      this.fail(new ConnectError("the service ended the stream", Code.Unavailable));
+    } catch (err) {
+      this.fail(ConnectError.from(err));
+    }
+  }
+
+  /** Ends the stream when nothing is in flight (the writer's end). */
+  private close(): void {
+    this.ended = true;
+    this.wakeWriter();
+  }
+
+  private fail(error: ConnectError): void {
+    this.ended = true;
+    if (this.timer !== undefined) clearTimeout(this.timer);
+    this.wakeWriter();
+    this.abort.abort();
+    const unimplemented = error.code === Code.Unimplemented && !this.sawAnswer;
+    for (const w of this.waiting.values()) w.resolve({ error, perBatch: false, unimplemented });
+    this.waiting.clear();
   }
 }
 

@@ -18,7 +18,7 @@ import type { TaskRegistry } from "../core/coordination/tasks.js";
 import { taskService } from "./services/taskService.js";
 import { deliveryService } from "./services/deliveryService.js";
 import { sessionService } from "./services/sessionService.js";
-import { stateService } from "./services/stateService.js";
+import { DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT, stateService } from "./services/stateService.js";
 import { transcriptService } from "./services/transcriptService.js";
 import { upstreamService, type UpstreamRouteSettings } from "./services/upstreamService.js";
 import { watchService, type StreamSettings } from "./services/watchService.js";
@@ -45,7 +45,14 @@ export function routes(
   coordination: CoordinationRoutes,
 ) {
   return (router: ConnectRouter) => {
-    router.service(StateService, stateService(core, tools));
+    router.service(
+      StateService,
+      stateService(core, tools, {
+        maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
+        logger,
+        ...(upstream.storage ? { storage: upstream.storage } : {}),
+      }),
+    );
     router.service(SessionService, sessionService(core, tools, logger));
     router.service(WatchService, watchService(core, streams));
     router.service(TranscriptService, transcriptService(tools));

@@ -60,6 +60,8 @@ export interface ServerOptions {
   heartbeatMs?: number;
   /** Notices buffered per stream subscriber before it is closed; default 10,000. */
   streamBufferCapacity?: number;
+  /** AppendEventStream: batches of one stream read and not yet answered; default 64. */
+  maxStreamBatchesInFlight?: number;
   /** Largest request message accepted; default 4 MiB. */
   readMaxBytes?: number;
   /** Time in-flight calls get to finish on stop; default 5 s. */
@@ -147,6 +149,7 @@ export const DEFAULTS = {
   pruneIntervalMs: 10 * 60_000,
   heartbeatMs: 15_000,
   streamBufferCapacity: 10_000,
+  maxStreamBatchesInFlight: 64,
   readMaxBytes: 4 * 1024 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
@@ -285,6 +288,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     routes: routes(core, {
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
+      maxBatchesInFlight: options.maxStreamBatchesInFlight ?? DEFAULTS.maxStreamBatchesInFlight,
     }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }),
     interceptors: [errorMapping(logger, storageHealth)],
     // The storage gate runs after authorization, so only an authorized caller learns of the damage.

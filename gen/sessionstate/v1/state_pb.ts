@@ -18,7 +18,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/state.proto.
  */
 export const file_sessionstate_v1_state: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvc3RhdGUucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSLaAgoKRXZlbnRJbnB1dBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSKAoEa2luZBgCIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5FdmVudEtpbmQSLgoKYWN0b3JfdHlwZRgDIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5BY3RvclR5cGUSEAoIYWN0b3JfaWQYBCABKAkSDgoGcnVuX2lkGAUgASgJEi8KC29jY3VycmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdW1tYXJ5GAcgASgJEi4KB3BheWxvYWQYCCABKAsyHS5zZXNzaW9uc3RhdGUudjEuRXZlbnRQYXlsb2FkEhIKCmRlZHVwZV9rZXkYCSABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYCiADKAkiQgoTQXBwZW5kRXZlbnRzUmVxdWVzdBIrCgZldmVudHMYASADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCJsCgxBcHBlbmRSZXN1bHQSEAoIc2VxdWVuY2UYASABKAMSFQoNc3RhdGVfdmVyc2lvbhgCIAEoAxIRCglkdXBsaWNhdGUYAyABKAgSEAoIcmVjb3JkZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIkYKFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuQXBwZW5kUmVzdWx0Io8CChBHZXRTdGF0dXNSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIaCg1jaGFuZ2VzX3NpbmNlGAIgASgDSACIAQESEgoFbGltaXQYAyABKA1IAYgBARItCglyZXF1ZXN0ZXIYBCABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEhIKBW1vZGVsGAUgASgJSAKIAQESNAoMYWN0aXZlX3JvdXRlGAYgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGVCEAoOX2NoYW5nZXNfc2luY2VCCAoGX2xpbWl0QggKBl9tb2RlbCKPAQoMU3RhdGVDaGFuZ2VzEjIKBmV2ZW50cxgBIAMoCzIiLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uU3RhdGVFdmVudBIRCgl0cnVuY2F0ZWQYAiABKAgSIwobZWFybGllc3RfYXZhaWxhYmxlX3NlcXVlbmNlGAMgASgDEhMKC2hpc3RvcnlfZ2FwGAQgASgIIrYCChFHZXRTdGF0dXNSZXNwb25zZRIVCg1zdGF0ZV92ZXJzaW9uGAEgASgDEjQKDXN0YXRlX2NoYW5nZXMYAiABKAsyHS5zZXNzaW9uc3RhdGUudjEuU3RhdGVDaGFuZ2VzEikKB3Nlc3Npb24YAyABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIrCgVyb3V0ZRgEIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5TdGF0dXNSb3V0ZRIrCgV1c2FnZRgFIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5TdGF0dXNVc2FnZRI4Cgx0YXNrX2NvbnRleHQYBiABKAsyIi5zZXNzaW9uc3RhdGUudjEuTGlua2VkVGFza0NvbnRleHQSFQoNbW9kZWxfY2hhbmdlZBgHIAEoCCKnAQoLU3RhdHVzUm91dGUSLgoGb3JpZ2luGAEgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSLgoGYWN0aXZlGAIgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgDIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlItMBCgtTdGF0dXNVc2FnZRIWCg5jb250ZXh0X3Rva2VucxgBIAEoAxIUCgx0b3RhbF90b2tlbnMYAiABKAMSFAoMaW5wdXRfdG9rZW5zGAMgASgDEhUKDW91dHB1dF90b2tlbnMYBCABKAMSGQoRY2FjaGVfcmVhZF90b2tlbnMYBSABKAMSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAYgASgDEh4KFnVzYWdlX21lc3NhZ2Vfc2VxdWVuY2UYByABKAMSEgoKYmFja2ZpbGxlZBgIIAEoCCJYChFMaW5rZWRUYXNrQ29udGV4dBIUCgxhY3RpdmVfY291bnQYASABKA0SHAoUcmVjZW50X2ZhaWx1cmVfY291bnQYAiABKA0SDwoHc3VtbWFyeRgDIAEoCTLEAQoMU3RhdGVTZXJ2aWNlElsKDEFwcGVuZEV2ZW50cxIkLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudHNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlElcKCUdldFN0YXR1cxIhLnNlc3Npb25zdGF0ZS52MS5HZXRTdGF0dXNSZXF1ZXN0GiIuc2Vzc2lvbnN0YXRlLnYxLkdldFN0YXR1c1Jlc3BvbnNlIgOQAgFCf0IKU3RhdGVQcm90b1ABWjJzZXNzaW9uc3RhdGUvZ2VuL2dvL3Nlc3Npb25zdGF0ZS92MTtzZXNzaW9uc3RhdGV2MaICA1NTWKoCD1Nlc3Npb25TdGF0ZS5WMcoCD1Nlc3Npb25TdGF0ZVxWMeoCEFNlc3Npb25TdGF0ZTo6VjFiBnByb3RvMw", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_requester, file_sessionstate_v1_session]);
+  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvc3RhdGUucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSLaAgoKRXZlbnRJbnB1dBIsCgdzZXNzaW9uGAEgASgLMhsuc2Vzc2lvbnN0YXRlLnYxLlNlc3Npb25SZWYSKAoEa2luZBgCIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5FdmVudEtpbmQSLgoKYWN0b3JfdHlwZRgDIAEoDjIaLnNlc3Npb25zdGF0ZS52MS5BY3RvclR5cGUSEAoIYWN0b3JfaWQYBCABKAkSDgoGcnVuX2lkGAUgASgJEi8KC29jY3VycmVkX2F0GAYgASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIPCgdzdW1tYXJ5GAcgASgJEi4KB3BheWxvYWQYCCABKAsyHS5zZXNzaW9uc3RhdGUudjEuRXZlbnRQYXlsb2FkEhIKCmRlZHVwZV9rZXkYCSABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYCiADKAkiQgoTQXBwZW5kRXZlbnRzUmVxdWVzdBIrCgZldmVudHMYASADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCJsCgxBcHBlbmRSZXN1bHQSEAoIc2VxdWVuY2UYASABKAMSFQoNc3RhdGVfdmVyc2lvbhgCIAEoAxIRCglkdXBsaWNhdGUYAyABKAgSEAoIcmVjb3JkZWQYBCABKAgSDgoGcmVhc29uGAUgASgJIkYKFEFwcGVuZEV2ZW50c1Jlc3BvbnNlEi4KB3Jlc3VsdHMYASADKAsyHS5zZXNzaW9uc3RhdGUudjEuQXBwZW5kUmVzdWx0IlkKGEFwcGVuZEV2ZW50U3RyZWFtUmVxdWVzdBIQCghiYXRjaF9pZBgBIAEoBBIrCgZldmVudHMYAiADKAsyGy5zZXNzaW9uc3RhdGUudjEuRXZlbnRJbnB1dCKJAQoZQXBwZW5kRXZlbnRTdHJlYW1SZXNwb25zZRIQCghiYXRjaF9pZBgBIAEoBBIuCgdyZXN1bHRzGAIgAygLMh0uc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZFJlc3VsdBIqCgVlcnJvchgDIAEoCzIbLnNlc3Npb25zdGF0ZS52MS5CYXRjaEVycm9yIisKCkJhdGNoRXJyb3ISDAoEY29kZRgBIAEoDRIPCgdtZXNzYWdlGAIgASgJIo8CChBHZXRTdGF0dXNSZXF1ZXN0EiwKB3Nlc3Npb24YASABKAsyGy5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvblJlZhIaCg1jaGFuZ2VzX3NpbmNlGAIgASgDSACIAQESEgoFbGltaXQYAyABKA1IAYgBARItCglyZXF1ZXN0ZXIYBCABKAsyGi5zZXNzaW9uc3RhdGUudjEuUmVxdWVzdGVyEhIKBW1vZGVsGAUgASgJSAKIAQESNAoMYWN0aXZlX3JvdXRlGAYgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGVCEAoOX2NoYW5nZXNfc2luY2VCCAoGX2xpbWl0QggKBl9tb2RlbCKPAQoMU3RhdGVDaGFuZ2VzEjIKBmV2ZW50cxgBIAMoCzIiLnNlc3Npb25zdGF0ZS52MS5TZXNzaW9uU3RhdGVFdmVudBIRCgl0cnVuY2F0ZWQYAiABKAgSIwobZWFybGllc3RfYXZhaWxhYmxlX3NlcXVlbmNlGAMgASgDEhMKC2hpc3RvcnlfZ2FwGAQgASgIIrYCChFHZXRTdGF0dXNSZXNwb25zZRIVCg1zdGF0ZV92ZXJzaW9uGAEgASgDEjQKDXN0YXRlX2NoYW5nZXMYAiABKAsyHS5zZXNzaW9uc3RhdGUudjEuU3RhdGVDaGFuZ2VzEikKB3Nlc3Npb24YAyABKAsyGC5zZXNzaW9uc3RhdGUudjEuU2Vzc2lvbhIrCgVyb3V0ZRgEIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5TdGF0dXNSb3V0ZRIrCgV1c2FnZRgFIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5TdGF0dXNVc2FnZRI4Cgx0YXNrX2NvbnRleHQYBiABKAsyIi5zZXNzaW9uc3RhdGUudjEuTGlua2VkVGFza0NvbnRleHQSFQoNbW9kZWxfY2hhbmdlZBgHIAEoCCKnAQoLU3RhdHVzUm91dGUSLgoGb3JpZ2luGAEgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSLgoGYWN0aXZlGAIgASgLMh4uc2Vzc2lvbnN0YXRlLnYxLkRlbGl2ZXJ5Um91dGUSOAoQZGVsaXZlcnlfY29udGV4dBgDIAEoCzIeLnNlc3Npb25zdGF0ZS52MS5EZWxpdmVyeVJvdXRlItMBCgtTdGF0dXNVc2FnZRIWCg5jb250ZXh0X3Rva2VucxgBIAEoAxIUCgx0b3RhbF90b2tlbnMYAiABKAMSFAoMaW5wdXRfdG9rZW5zGAMgASgDEhUKDW91dHB1dF90b2tlbnMYBCABKAMSGQoRY2FjaGVfcmVhZF90b2tlbnMYBSABKAMSGgoSY2FjaGVfd3JpdGVfdG9rZW5zGAYgASgDEh4KFnVzYWdlX21lc3NhZ2Vfc2VxdWVuY2UYByABKAMSEgoKYmFja2ZpbGxlZBgIIAEoCCJYChFMaW5rZWRUYXNrQ29udGV4dBIUCgxhY3RpdmVfY291bnQYASABKA0SHAoUcmVjZW50X2ZhaWx1cmVfY291bnQYAiABKA0SDwoHc3VtbWFyeRgDIAEoCTK0AgoMU3RhdGVTZXJ2aWNlElsKDEFwcGVuZEV2ZW50cxIkLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudHNSZXF1ZXN0GiUuc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZEV2ZW50c1Jlc3BvbnNlEm4KEUFwcGVuZEV2ZW50U3RyZWFtEikuc2Vzc2lvbnN0YXRlLnYxLkFwcGVuZEV2ZW50U3RyZWFtUmVxdWVzdBoqLnNlc3Npb25zdGF0ZS52MS5BcHBlbmRFdmVudFN0cmVhbVJlc3BvbnNlKAEwARJXCglHZXRTdGF0dXMSIS5zZXNzaW9uc3RhdGUudjEuR2V0U3RhdHVzUmVxdWVzdBoiLnNlc3Npb25zdGF0ZS52MS5HZXRTdGF0dXNSZXNwb25zZSIDkAIBQn9CClN0YXRlUHJvdG9QAVoyc2Vzc2lvbnN0YXRlL2dlbi9nby9zZXNzaW9uc3RhdGUvdjE7c2Vzc2lvbnN0YXRldjGiAgNTU1iqAg9TZXNzaW9uU3RhdGUuVjHKAg9TZXNzaW9uU3RhdGVcVjHqAhBTZXNzaW9uU3RhdGU6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp, file_sessionstate_v1_event, file_sessionstate_v1_requester, file_sessionstate_v1_session]);
 
 /**
  * One event to append.
@@ -198,6 +198,105 @@ export const AppendEventsResponseSchema: GenMessage<AppendEventsResponse> = /*@_
   messageDesc(file_sessionstate_v1_state, 3);
 
 /**
+ * One batch on an AppendEventStream.
+ *
+ * @generated from message sessionstate.v1.AppendEventStreamRequest
+ */
+export type AppendEventStreamRequest = Message<"sessionstate.v1.AppendEventStreamRequest"> & {
+  /**
+   * Chosen by the client to match the response to this batch; echoed as is. The service
+   * does not check that ids are unique: a client that reuses an id while a batch with it is
+   * in flight cannot tell their answers apart. 0 is a valid id.
+   *
+   * @generated from field: uint64 batch_id = 1;
+   */
+  batchId: bigint;
+
+  /**
+   * 1–500 events (as AppendEventsRequest.events), handled in order in one transaction. An
+   * empty batch is refused with INVALID_ARGUMENT in `error` (the stream goes on).
+   *
+   * @generated from field: repeated sessionstate.v1.EventInput events = 2;
+   */
+  events: EventInput[];
+};
+
+/**
+ * Describes the message sessionstate.v1.AppendEventStreamRequest.
+ * Use `create(AppendEventStreamRequestSchema)` to create a new message.
+ */
+export const AppendEventStreamRequestSchema: GenMessage<AppendEventStreamRequest> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_state, 4);
+
+/**
+ * The answer for one batch, sent after the batch is committed (or refused).
+ *
+ * @generated from message sessionstate.v1.AppendEventStreamResponse
+ */
+export type AppendEventStreamResponse = Message<"sessionstate.v1.AppendEventStreamResponse"> & {
+  /**
+   * The batch_id of the request this answers.
+   *
+   * @generated from field: uint64 batch_id = 1;
+   */
+  batchId: bigint;
+
+  /**
+   * One result per event, at the same index as the event: what AppendEvents would have
+   * answered for the same events. Empty when `error` is set.
+   *
+   * @generated from field: repeated sessionstate.v1.AppendResult results = 2;
+   */
+  results: AppendResult[];
+
+  /**
+   * Set when the batch was refused as a whole and nothing of it was written: the code and
+   * message AppendEvents would have failed with for the same events. Absent = the batch
+   * was committed and `results` holds its results.
+   *
+   * @generated from field: sessionstate.v1.BatchError error = 3;
+   */
+  error?: BatchError | undefined;
+};
+
+/**
+ * Describes the message sessionstate.v1.AppendEventStreamResponse.
+ * Use `create(AppendEventStreamResponseSchema)` to create a new message.
+ */
+export const AppendEventStreamResponseSchema: GenMessage<AppendEventStreamResponse> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_state, 5);
+
+/**
+ * Why a batch of an AppendEventStream was refused.
+ *
+ * @generated from message sessionstate.v1.BatchError
+ */
+export type BatchError = Message<"sessionstate.v1.BatchError"> & {
+  /**
+   * The Connect/gRPC status code as a number (3 INVALID_ARGUMENT, 5 NOT_FOUND,
+   * 7 PERMISSION_DENIED, 8 RESOURCE_EXHAUSTED, 9 FAILED_PRECONDITION, 13 INTERNAL, 14
+   * UNAVAILABLE, ...; the numbers of google.rpc.Code). Never 0.
+   *
+   * @generated from field: uint32 code = 1;
+   */
+  code: number;
+
+  /**
+   * Human-readable reason, at most 1,024 characters; the same text AppendEvents gives.
+   *
+   * @generated from field: string message = 2;
+   */
+  message: string;
+};
+
+/**
+ * Describes the message sessionstate.v1.BatchError.
+ * Use `create(BatchErrorSchema)` to create a new message.
+ */
+export const BatchErrorSchema: GenMessage<BatchError> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_state, 6);
+
+/**
  * @generated from message sessionstate.v1.GetStatusRequest
  */
 export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
@@ -259,7 +358,7 @@ export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
  * Use `create(GetStatusRequestSchema)` to create a new message.
  */
 export const GetStatusRequestSchema: GenMessage<GetStatusRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_state, 4);
+  messageDesc(file_sessionstate_v1_state, 7);
 
 /**
  * The delta after a version.
@@ -303,7 +402,7 @@ export type StateChanges = Message<"sessionstate.v1.StateChanges"> & {
  * Use `create(StateChangesSchema)` to create a new message.
  */
 export const StateChangesSchema: GenMessage<StateChanges> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_state, 5);
+  messageDesc(file_sessionstate_v1_state, 8);
 
 /**
  * @generated from message sessionstate.v1.GetStatusResponse
@@ -365,7 +464,7 @@ export type GetStatusResponse = Message<"sessionstate.v1.GetStatusResponse"> & {
  * Use `create(GetStatusResponseSchema)` to create a new message.
  */
 export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_state, 6);
+  messageDesc(file_sessionstate_v1_state, 9);
 
 /**
  * The route context of session_status (SPEC §4).
@@ -404,7 +503,7 @@ export type StatusRoute = Message<"sessionstate.v1.StatusRoute"> & {
  * Use `create(StatusRouteSchema)` to create a new message.
  */
 export const StatusRouteSchema: GenMessage<StatusRoute> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_state, 7);
+  messageDesc(file_sessionstate_v1_state, 10);
 
 /**
  * Token counters of session_status. Context and total come from the session record
@@ -470,7 +569,7 @@ export type StatusUsage = Message<"sessionstate.v1.StatusUsage"> & {
  * Use `create(StatusUsageSchema)` to create a new message.
  */
 export const StatusUsageSchema: GenMessage<StatusUsage> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_state, 8);
+  messageDesc(file_sessionstate_v1_state, 11);
 
 /**
  * Background tasks linked to a session, from the task registry (SPEC §6 subagents).
@@ -506,7 +605,7 @@ export type LinkedTaskContext = Message<"sessionstate.v1.LinkedTaskContext"> & {
  * Use `create(LinkedTaskContextSchema)` to create a new message.
  */
 export const LinkedTaskContextSchema: GenMessage<LinkedTaskContext> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_state, 9);
+  messageDesc(file_sessionstate_v1_state, 12);
 
 /**
  * StateService is the signal log: Gateways append material state changes and read the
@@ -525,6 +624,26 @@ export const StateService: GenService<{
     methodKind: "unary";
     input: typeof AppendEventsRequestSchema;
     output: typeof AppendEventsResponseSchema;
+  },
+  /**
+   * A long-lived append channel for a Gateway that records many small batches (SPEC §2.3):
+   * each request message is one batch, handled exactly as an AppendEvents call with the
+   * same events (atomic: all of the batch or none of it), without the cost of a call per
+   * batch. Batches are handled concurrently (so they share commits) and answered in the
+   * order they are committed, which may differ from the order they were sent: match a
+   * response to its batch by batch_id. A response is sent only after its batch is
+   * committed. A batch the service refuses (invalid, outside a gateway token's agents,
+   * ...) is answered with a per-batch error and the stream goes on; the stream itself ends
+   * only on a failure of the stream (the service stopping, the token revoked, the client
+   * cancelling). The service reads at most --max-stream-batches-in-flight batches ahead of
+   * its answers; beyond that it stops reading (flow control holds the sender).
+   *
+   * @generated from rpc sessionstate.v1.StateService.AppendEventStream
+   */
+  appendEventStream: {
+    methodKind: "bidi_streaming";
+    input: typeof AppendEventStreamRequestSchema;
+    output: typeof AppendEventStreamResponseSchema;
   },
   /**
    * The session's stateVersion and, with changes_since, the typed events after it.

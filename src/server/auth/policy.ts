@@ -138,6 +138,10 @@ export function serviceRules<T extends GenServiceMethods>(service: GenService<T>
 
 const stateRules = serviceRules(StateService, {
   appendEvents: { access: "act", agents: (req) => req.events.map((e, i) => sessionAgent(`events[${i}].session`, e.session)) },
+  // Each batch is authorized by the handler with AppendEvents' rule, so a batch outside a
+  // gateway token's agents is refused alone (a per-batch PERMISSION_DENIED) instead of ending
+  // the stream; here only the role (act) is checked.
+  appendEventStream: { access: "act", agentless: true, agents: () => [] },
   // Setting the model through session_status is a write.
   getStatus: { access: "read", agents: (req) => namedSession(req.requester, req.session, "", true), actsWhen: (req) => req.model !== undefined },
 });

@@ -1,48 +1,42 @@
 /** StateService handlers: map the request, call the core, map the result. */
 import { create } from "@bufbuild/protobuf";
-import type { ServiceImpl } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type ServiceImpl } from "@connectrpc/connect";
 import type { SessionState } from "../../core/sessionState.js";
 import type { SessionTools } from "../../core/sessionTools.js";
-import { AppendResultSchema, StateChangesSchema, StateService, type StateChanges } from "../../../gen/sessionstate/v1/state_pb.js";
+import {
+  AppendEventStreamResponseSchema,
+  AppendResultSchema,
+  StateChangesSchema,
+  StateService,
+  type AppendEventStreamRequest,
+  type AppendEventStreamResponse,
+  type AppendResult,
+  type EventInput,
+  type StateChanges,
+} from "../../../gen/sessionstate/v1/state_pb.js";
+import { decide } from "../../core/access.js";
+import { principalKey } from "../auth/interceptor.js";
+import { POLICY } from "../auth/policy.js";
+import { toConnectError } from "../errors.js";
+import type { Logger } from "../logger.js";
+import type { StorageWatch } from "../storageHealth.js";
 import type { ChangesPage } from "../../core/model.js";
 import { EventWireCache, isBinaryCall } from "../eventWire.js";
 import { actorTypes, eventKinds, eventMessage, int64, msOf, routeMessage, routeOf, runOutcomes, sessionMessage } from "../convert.js";
 import { requesterOf } from "../convertTranscript.js";
 
-export function stateService(core: SessionState, tools: SessionTools, wire: EventWireCache = new EventWireCache()): ServiceImpl<typeof StateService> {
+export function stateService(
+  core: SessionState,
+  tools: SessionTools,
+  stream: AppendStreamSettings = { maxBatchesInFlight: DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT, logger: silentLogger },
+  wire: EventWireCache = new EventWireCache(),
+): ServiceImpl<typeof StateService> {
   return {
     async appendEvents(req) {
-      const outcomes = await core.appendEvents(
-        req.events.map((e, i) => ({
-          sessionKey: e.session?.sessionKey ?? "",
-          agentId: e.session?.agentId ?? "",
-          kind: eventKinds.required(`events[${i}].kind`, e.kind),
-          actorType: actorTypes.required(`events[${i}].actor_type`, e.actorType),
-          actorId: e.actorId,
-          runId: e.runId,
-          occurredAt: msOf(e.occurredAt),
-          summary: e.summary,
-          payload: {
-            outcome: runOutcomes.optional(`events[${i}].payload.outcome`, e.payload?.outcome ?? 0),
-            channel: e.payload?.channel ?? "",
-            turns: e.payload?.turns ?? 0,
-          },
-          dedupeKey: e.dedupeKey,
-          watcherSessionKeys: e.watcherSessionKeys,
-        })),
-      );
-      return {
-        results: outcomes.map((o) =>
-          create(AppendResultSchema, {
-            sequence: BigInt(o.sequence),
-            stateVersion: BigInt(o.stateVersion),
-            duplicate: o.duplicate,
-            recorded: o.recorded,
-            reason: o.reason,
-          }),
-        ),
-      };
+      return appendBatch(core, req.events);
     },
+
+    appendEventStream: (requests, ctx) => appendEventStream(core, requests, ctx, stream),
 
     async getStatus(req, ctx) {
       // session_status under the requester's visibility (none given = operator view).
@@ -92,4 +86,135 @@ function changesMessage(changes: ChangesPage, wire: EventWireCache | undefined):
   });
   if (wire) message.$unknown = wire.eventsField(changes.events);
   return message;
+}
+
+/** One AppendEvents batch: the events mapped for the core, its outcomes mapped back. */
+async function appendBatch(core: SessionState, events: EventInput[]): Promise<{ results: AppendResult[] }> {
+  const outcomes = await core.appendEvents(
+    events.map((e, i) => ({
+      sessionKey: e.session?.sessionKey ?? "",
+      agentId: e.session?.agentId ?? "",
+      kind: eventKinds.required(`events[${i}].kind`, e.kind),
+      actorType: actorTypes.required(`events[${i}].actor_type`, e.actorType),
+      actorId: e.actorId,
+      runId: e.runId,
+      occurredAt: msOf(e.occurredAt),
+      summary: e.summary,
+      payload: {
+        outcome: runOutcomes.optional(`events[${i}].payload.outcome`, e.payload?.outcome ?? 0),
+        channel: e.payload?.channel ?? "",
+        turns: e.payload?.turns ?? 0,
+      },
+      dedupeKey: e.dedupeKey,
+      watcherSessionKeys: e.watcherSessionKeys,
+    })),
+  );
+  return {
+    results: outcomes.map((o) =>
+      create(AppendResultSchema, {
+        sequence: BigInt(o.sequence),
+        stateVersion: BigInt(o.stateVersion),
+        duplicate: o.duplicate,
+        recorded: o.recorded,
+        reason: o.reason,
+      }),
+    ),
+  };
+}
+
+export const DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT = 64;
+
+/** Settings of AppendEventStream. */
+export interface AppendStreamSettings {
+  /** Batches of one stream read and not yet answered; beyond it the stream is not read (backpressure). */
+  maxBatchesInFlight: number;
+  logger: Logger;
+  storage?: StorageWatch;
+}
+
+const silentLogger: Logger = { log() {}, info() {}, warn() {}, error() {} };
+
+const APPEND_EVENTS = `${StateService.typeName}/${StateService.method.appendEvents.name}`;
+const APPEND_EVENT_STREAM = `${StateService.typeName}/${StateService.method.appendEventStream.name}`;
+
+/**
+ * AppendEventStream: every request message is a batch handled as an AppendEvents call with
+ * the same events would be — authorized by AppendEvents' rule (per batch, so a batch outside a
+ * gateway token's agents is refused alone), validated and appended by the core. Batches run
+ * concurrently (they share commits), at most `maxBatchesInFlight` at once; each is answered
+ * when it is done, with its results or with the error AppendEvents would have failed with.
+ */
+async function* appendEventStream(
+  core: SessionState,
+  requests: AsyncIterable<AppendEventStreamRequest>,
+  ctx: HandlerContext,
+  settings: AppendStreamSettings,
+): AsyncGenerator<AppendEventStreamResponse> {
+  const principal = ctx.values.get(principalKey);
+  const rule = POLICY.get(APPEND_EVENTS);
+  const ready: AppendEventStreamResponse[] = [];
+  let inFlight = 0;
+  let readDone = false;
+  let readError: unknown;
+  let wake: (() => void) | undefined;
+  const poke = () => {
+    const w = wake;
+    wake = undefined;
+    w?.();
+  };
+  let slot: (() => void) | undefined;
+
+  const handle = async (req: AppendEventStreamRequest): Promise<AppendEventStreamResponse> => {
+    try {
+      if (principal && rule) {
+        const denial = decide(principal, {
+          procedure: APPEND_EVENT_STREAM,
+          access: "act",
+          agents: "agents" in rule ? () => rule.agents(req as never) : undefined,
+        });
+        if (denial !== undefined) throw new ConnectError(denial, Code.PermissionDenied);
+      }
+      const { results } = await appendBatch(core, req.events);
+      return create(AppendEventStreamResponseSchema, { batchId: req.batchId, results });
+    } catch (err) {
+      const error = toConnectError(err, settings.logger, APPEND_EVENT_STREAM, settings.storage);
+      return create(AppendEventStreamResponseSchema, { batchId: req.batchId, error: { code: error.code, message: error.rawMessage } });
+    }
+  };
+
+  const read = async () => {
+    try {
+      for await (const req of requests) {
+        while (inFlight >= settings.maxBatchesInFlight) await new Promise<void>((r) => (slot = r));
+        inFlight++;
+        void handle(req).then((res) => {
+          inFlight--;
+          ready.push(res);
+          const s = slot;
+          slot = undefined;
+          s?.();
+          poke();
+        });
+      }
+    } catch (err) {
+      readError = err;
+    } finally {
+      readDone = true;
+      poke();
+    }
+  };
+  const onAbort = () => poke();
+  ctx.signal.addEventListener("abort", onAbort);
+  void read();
+  try {
+    for (;;) {
+      while (ready.length > 0) yield ready.shift()!;
+      if (ctx.signal.aborted) throw ConnectError.from(ctx.signal.reason ?? new ConnectError("the stream was ended", Code.Canceled));
+      if (readError !== undefined && inFlight === 0) throw readError;
+      if (readDone && inFlight === 0) return;
+      await new Promise<void>((r) => (wake = r));
+    }
+  } finally {
+    ctx.signal.removeEventListener("abort", onAbort);
+  }
 }

@@ -17,6 +17,8 @@ export interface StreamSettings {
   heartbeatMs: number;
   /** Notices buffered for one subscriber before it is closed with RESOURCE_EXHAUSTED. */
   bufferCapacity: number;
+  /** AppendEventStream: batches of one stream read and not yet answered (default 64). */
+  maxBatchesInFlight?: number;
 }
 
 /** One pending notice per watcher and target (SPEC §3.2); its text depends only on changesSince. */

@@ -21,6 +21,11 @@ class StateServiceStub(object):
                 request_serializer=sessionstate_dot_v1_dot_state__pb2.AppendEventsRequest.SerializeToString,
                 response_deserializer=sessionstate_dot_v1_dot_state__pb2.AppendEventsResponse.FromString,
                 )
+        self.AppendEventStream = channel.stream_stream(
+                '/sessionstate.v1.StateService/AppendEventStream',
+                request_serializer=sessionstate_dot_v1_dot_state__pb2.AppendEventStreamRequest.SerializeToString,
+                response_deserializer=sessionstate_dot_v1_dot_state__pb2.AppendEventStreamResponse.FromString,
+                )
         self.GetStatus = channel.unary_unary(
                 '/sessionstate.v1.StateService/GetStatus',
                 request_serializer=sessionstate_dot_v1_dot_state__pb2.GetStatusRequest.SerializeToString,
@@ -41,6 +46,23 @@ class StateServiceServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AppendEventStream(self, request_iterator, context):
+        """A long-lived append channel for a Gateway that records many small batches (SPEC §2.3):
+        each request message is one batch, handled exactly as an AppendEvents call with the
+        same events (atomic: all of the batch or none of it), without the cost of a call per
+        batch. Batches are handled concurrently (so they share commits) and answered in the
+        order they are committed, which may differ from the order they were sent: match a
+        response to its batch by batch_id. A response is sent only after its batch is
+        committed. A batch the service refuses (invalid, outside a gateway token's agents,
+        ...) is answered with a per-batch error and the stream goes on; the stream itself ends
+        only on a failure of the stream (the service stopping, the token revoked, the client
+        cancelling). The service reads at most --max-stream-batches-in-flight batches ahead of
+        its answers; beyond that it stops reading (flow control holds the sender).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def GetStatus(self, request, context):
         """The session's stateVersion and, with changes_since, the typed events after it.
         Reading never moves a cursor.
@@ -56,6 +78,11 @@ def add_StateServiceServicer_to_server(servicer, server):
                     servicer.AppendEvents,
                     request_deserializer=sessionstate_dot_v1_dot_state__pb2.AppendEventsRequest.FromString,
                     response_serializer=sessionstate_dot_v1_dot_state__pb2.AppendEventsResponse.SerializeToString,
+            ),
+            'AppendEventStream': grpc.stream_stream_rpc_method_handler(
+                    servicer.AppendEventStream,
+                    request_deserializer=sessionstate_dot_v1_dot_state__pb2.AppendEventStreamRequest.FromString,
+                    response_serializer=sessionstate_dot_v1_dot_state__pb2.AppendEventStreamResponse.SerializeToString,
             ),
             'GetStatus': grpc.unary_unary_rpc_method_handler(
                     servicer.GetStatus,
@@ -88,6 +115,23 @@ class StateService(object):
         return grpc.experimental.unary_unary(request, target, '/sessionstate.v1.StateService/AppendEvents',
             sessionstate_dot_v1_dot_state__pb2.AppendEventsRequest.SerializeToString,
             sessionstate_dot_v1_dot_state__pb2.AppendEventsResponse.FromString,
+            options, channel_credentials,
+            insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
+
+    @staticmethod
+    def AppendEventStream(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(request_iterator, target, '/sessionstate.v1.StateService/AppendEventStream',
+            sessionstate_dot_v1_dot_state__pb2.AppendEventStreamRequest.SerializeToString,
+            sessionstate_dot_v1_dot_state__pb2.AppendEventStreamResponse.FromString,
             options, channel_credentials,
             insecure, call_credentials, compression, wait_for_ready, timeout, metadata)
 
