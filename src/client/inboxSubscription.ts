@@ -17,7 +17,8 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { MessagingService, type InboxItem } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
-import { backoffDelay, DEFAULT_ACK_TIMEOUT_MS, DEFAULT_BACKOFF, DEFAULT_IDLE_TIMEOUT_MS, type BackoffPolicy, type DisconnectInfo, type SubscriptionState } from "./noticeSubscription.js";
+import { DEFAULT_ACK_TIMEOUT_MS, DEFAULT_BACKOFF, DEFAULT_IDLE_TIMEOUT_MS, type DisconnectInfo, type SubscriptionState } from "./noticeSubscription.js";
+import { backoffDelay, cancellableDelay, checkedBackoff, readUntilBreak, type BackoffPolicy, type StreamEnd } from "./streamReader.js";
 
 export type MessagingClient = Client<typeof MessagingService>;
 
@@ -100,11 +101,7 @@ export class InboxSubscription {
     if (typeof options.handle !== "function") throw new TypeError("InboxSubscription: handle must be a function");
     this.request = { agentId: options.agentId ?? "", sessionKeys: options.sessionKeys ?? [] };
     this.handle = options.handle;
-    this.backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
-    const b = this.backoff;
-    if (!(b.initialMs >= 0 && b.maxMs >= b.initialMs && b.multiplier >= 1 && b.jitter >= 0 && b.jitter <= 1)) {
-      throw new RangeError("InboxSubscription: backoff needs 0 <= initialMs <= maxMs, multiplier >= 1 and 0 <= jitter <= 1");
-    }
+    this.backoff = checkedBackoff("InboxSubscription", DEFAULT_BACKOFF, options.backoff);
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
     this.handled = new RecentIds(options.rememberHandled ?? DEFAULT_REMEMBER_HANDLED);
@@ -172,48 +169,36 @@ export class InboxSubscription {
   }
 
   /** One stream, from open to break. */
-  private async streamOnce(): Promise<Omit<DisconnectInfo, "attempt" | "retryInMs">> {
+  private async streamOnce(): Promise<StreamEnd> {
     const abort = new AbortController();
     this.streamAbort = abort;
-    let idle = false;
-    let idleTimer: NodeJS.Timeout | undefined;
-    const armIdle = () => {
-      clearTimeout(idleTimer);
-      idleTimer = setTimeout(() => {
-        idle = true;
-        abort.abort();
-      }, this.idleTimeoutMs);
-    };
     let replaying = true;
     let handedInReplay = 0;
+    this.setState("connecting");
     try {
-      armIdle();
-      this.setState("connecting");
-      for await (const msg of this.client.streamInbox(this.request, { signal: abort.signal })) {
-        armIdle();
-        switch (msg.message.case) {
-          case "item":
-            if (this.offer(msg.message.value) && replaying) handedInReplay += 1;
-            break;
-          case "replayComplete":
-            replaying = false;
-            this.attempt = 0;
-            this.setState("live");
-            safeLog(this.logger, "info", "inbox stream recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
-            this.emit("recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
-            for (const agent of this.unacked.keys()) void this.flushAcks(agent);
-            break;
-          case "heartbeat":
-            break;
-        }
-      }
-      return { reason: "ended", message: "the service ended the stream" };
-    } catch (err) {
-      if (idle) return { reason: "idle", message: `no message for ${this.idleTimeoutMs} ms` };
-      const error = ConnectError.from(err);
-      return { reason: "error", code: error.code, message: error.rawMessage };
+      return await readUntilBreak(
+        (signal) => this.client.streamInbox(this.request, { signal }),
+        (msg) => {
+          switch (msg.message.case) {
+            case "item":
+              if (this.offer(msg.message.value) && replaying) handedInReplay += 1;
+              break;
+            case "replayComplete":
+              replaying = false;
+              this.attempt = 0;
+              this.setState("live");
+              safeLog(this.logger, "info", "inbox stream recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
+              this.emit("recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
+              for (const agent of this.unacked.keys()) void this.flushAcks(agent);
+              break;
+            case "heartbeat":
+              break;
+          }
+        },
+        this.idleTimeoutMs,
+        abort,
+      );
     } finally {
-      clearTimeout(idleTimer);
       this.streamAbort = undefined;
     }
   }
@@ -296,18 +281,12 @@ export class InboxSubscription {
     if (set?.size === 0) this.unacked.delete(agent);
   }
 
-  private wait(ms: number): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms);
-      this.cancelWait = done;
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
-    }).then(() => {
-      this.cancelWait = undefined;
-    });
+  private async wait(ms: number): Promise<void> {
+    if (this.stopping) return;
+    const delay = cancellableDelay(ms);
+    this.cancelWait = delay.cancel;
+    await delay.done;
+    this.cancelWait = undefined;
   }
 
   private setState(state: SubscriptionState): void {

@@ -14,19 +14,11 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
+import { backoffDelay, cancellableDelay, checkedBackoff, readUntilBreak, type BackoffPolicy, type StreamEnd } from "./streamReader.js";
+
+export { backoffDelay, type BackoffPolicy } from "./streamReader.js";
 
 export type WatchClient = Client<typeof WatchService>;
-
-export interface BackoffPolicy {
-  /** Delay before the first reconnect, in ms. */
-  initialMs: number;
-  /** Largest delay, in ms. */
-  maxMs: number;
-  /** Growth per failed attempt. */
-  multiplier: number;
-  /** Fraction (0–1) of each delay taken off at random, so Gateways do not reconnect in step. */
-  jitter: number;
-}
 
 export const DEFAULT_BACKOFF: BackoffPolicy = { initialMs: 250, maxMs: 30_000, multiplier: 2, jitter: 0.5 };
 /** Three missed heartbeats at the service's default 15 s interval. */
@@ -37,12 +29,6 @@ const DEFAULT_REMEMBER_ACKED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
 /** Answers that a retry cannot change, so the subscription stops instead of reconnecting. */
 const REFUSALS = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);
-
-/** Delay before reconnect attempt `attempt` (0 = first): exponential, capped, less up to `jitter` of it. */
-export function backoffDelay(attempt: number, policy: BackoffPolicy, random: () => number = Math.random): number {
-  const base = Math.min(policy.maxMs, policy.initialMs * policy.multiplier ** attempt);
-  return Math.round(base * (1 - policy.jitter * random()));
-}
 
 export interface NoticeSubscriptionOptions {
   /** Subscribe for every watcher of this agent … */
@@ -77,12 +63,8 @@ export type SubscriptionState =
   | "failed"
   | "closed";
 
-export interface DisconnectInfo {
-  /** "error": the call failed; "ended": the service ended the stream; "idle": no heartbeat in time. */
-  reason: "error" | "ended" | "idle";
-  /** The Connect code when reason is "error". */
-  code?: Code;
-  message: string;
+/** How a stream broke (`reason`: "idle" = no heartbeat in time), and when the next one opens. */
+export interface DisconnectInfo extends StreamEnd {
   /** 0 for the first failure since the last healthy stream. */
   attempt: number;
   retryInMs: number;
@@ -142,11 +124,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     const byKeys = options.watcherKeys !== undefined && options.watcherKeys.length > 0;
     if (byAgent === byKeys) throw new TypeError("NoticeSubscription: give exactly one of agentId and watcherKeys");
     this.request = { agentId: options.agentId ?? "", watcherSessionKeys: options.watcherKeys ?? [] };
-    this.backoff = { ...DEFAULT_BACKOFF, ...options.backoff };
-    const b = this.backoff;
-    if (!(b.initialMs >= 0 && b.maxMs >= b.initialMs && b.multiplier >= 1 && b.jitter >= 0 && b.jitter <= 1)) {
-      throw new RangeError("NoticeSubscription: backoff needs 0 <= initialMs <= maxMs, multiplier >= 1 and 0 <= jitter <= 1");
-    }
+    this.backoff = checkedBackoff("NoticeSubscription", DEFAULT_BACKOFF, options.backoff);
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
     this.acked = new RecentKeys(options.rememberAcked ?? DEFAULT_REMEMBER_ACKED);
@@ -280,49 +258,36 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   }
 
   /** One stream, from open to break. */
-  private async streamOnce(): Promise<Omit<DisconnectInfo, "attempt" | "retryInMs">> {
+  private async streamOnce(): Promise<StreamEnd> {
     const abort = new AbortController();
     this.streamAbort = abort;
-    let idle = false;
-    let idleTimer: NodeJS.Timeout | undefined;
-    // Armed before the call too, so a connect that hangs is also caught.
-    const armIdle = () => {
-      clearTimeout(idleTimer);
-      idleTimer = setTimeout(() => {
-        idle = true;
-        abort.abort();
-      }, this.idleTimeoutMs);
-    };
     let replaying = true;
     let queuedInReplay = 0;
+    this.setState("connecting");
     try {
-      armIdle();
-      this.setState("connecting");
-      for await (const msg of this.client.streamNotices(this.request, { signal: abort.signal })) {
-        armIdle();
-        switch (msg.message.case) {
-          case "notice":
-            if (this.offer(msg.message.value) && replaying) queuedInReplay += 1;
-            break;
-          case "replayComplete":
-            replaying = false;
-            this.attempt = 0; // a healthy stream: the next failure starts the backoff afresh
-            this.setState("live");
-            safeLog(this.logger, "info", "notice stream recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
-            this.emit("recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
-            for (const watcherKey of this.unacked.keys()) void this.flushAcks(watcherKey);
-            break;
-          case "heartbeat":
-            break;
-        }
-      }
-      return { reason: "ended", message: "the service ended the stream" };
-    } catch (err) {
-      if (idle) return { reason: "idle", message: `no message for ${this.idleTimeoutMs} ms` };
-      const error = ConnectError.from(err);
-      return { reason: "error", code: error.code, message: error.rawMessage };
+      return await readUntilBreak(
+        (signal) => this.client.streamNotices(this.request, { signal }),
+        (msg) => {
+          switch (msg.message.case) {
+            case "notice":
+              if (this.offer(msg.message.value) && replaying) queuedInReplay += 1;
+              break;
+            case "replayComplete":
+              replaying = false;
+              this.attempt = 0; // a healthy stream: the next failure starts the backoff afresh
+              this.setState("live");
+              safeLog(this.logger, "info", "notice stream recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
+              this.emit("recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
+              for (const watcherKey of this.unacked.keys()) void this.flushAcks(watcherKey);
+              break;
+            case "heartbeat":
+              break;
+          }
+        },
+        this.idleTimeoutMs,
+        abort,
+      );
     } finally {
-      clearTimeout(idleTimer);
       this.streamAbort = undefined;
     }
   }
@@ -410,18 +375,12 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     }
   }
 
-  private wait(ms: number): Promise<void> {
-    if (this.stopping) return Promise.resolve();
-    return new Promise<void>((resolve) => {
-      const timer = setTimeout(done, ms);
-      this.cancelWait = done;
-      function done() {
-        clearTimeout(timer);
-        resolve();
-      }
-    }).then(() => {
-      this.cancelWait = undefined;
-    });
+  private async wait(ms: number): Promise<void> {
+    if (this.stopping) return;
+    const delay = cancellableDelay(ms);
+    this.cancelWait = delay.cancel;
+    await delay.done;
+    this.cancelWait = undefined;
   }
 
   private setState(state: SubscriptionState): void {
