@@ -17,16 +17,14 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { MessagingService, type InboxItem } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
-import { DEFAULT_ACK_TIMEOUT_MS, DEFAULT_BACKOFF, DEFAULT_IDLE_TIMEOUT_MS, type DisconnectInfo, type SubscriptionState } from "./noticeSubscription.js";
-import { backoffDelay, cancellableDelay, checkedBackoff, readUntilBreak, type BackoffPolicy, type StreamEnd } from "./streamReader.js";
+import { DEFAULT_ACK_TIMEOUT_MS, DEFAULT_BACKOFF, DEFAULT_IDLE_TIMEOUT_MS, type SubscriptionState } from "./noticeSubscription.js";
+import { cancellableDelay, checkedBackoff, disconnectFields, isRefusal, readUntilBreak, ReconnectSchedule, type BackoffPolicy, type DisconnectInfo, type StreamEnd } from "./streamReader.js";
 
 export type MessagingClient = Client<typeof MessagingService>;
 
 /** How many handled item ids are remembered to drop replays of them. */
 const DEFAULT_REMEMBER_HANDLED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
-/** Answers that a retry cannot change, so the subscription stops instead of reconnecting. */
-const REFUSALS = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);
 
 export interface InboxSubscriptionOptions {
   /** Items of every session of this agent … */
@@ -66,11 +64,10 @@ type Listeners = { [E in keyof InboxSubscriptionEvents]: Set<InboxSubscriptionEv
 export class InboxSubscription {
   private readonly request: { agentId: string; sessionKeys: string[] };
   private readonly handle: (item: InboxItem) => unknown;
-  private readonly backoff: BackoffPolicy;
+  private readonly reconnects: ReconnectSchedule;
   private readonly idleTimeoutMs: number;
   private readonly ackTimeoutMs: number;
   private readonly logger: ClientLogger;
-  private readonly random: () => number;
 
   /** Items whose handler runs now. */
   private readonly running = new Set<string>();
@@ -84,7 +81,6 @@ export class InboxSubscription {
   private readonly listeners: Listeners = { item: new Set(), received: new Set(), acked: new Set(), recovered: new Set(), disconnected: new Set(), state: new Set() };
   private current: SubscriptionState = "connecting";
   private stopping = false;
-  private attempt = 0;
   private streamAbort: AbortController | undefined;
   private cancelWait: (() => void) | undefined;
   private closing?: Promise<void>;
@@ -101,12 +97,11 @@ export class InboxSubscription {
     if (typeof options.handle !== "function") throw new TypeError("InboxSubscription: handle must be a function");
     this.request = { agentId: options.agentId ?? "", sessionKeys: options.sessionKeys ?? [] };
     this.handle = options.handle;
-    this.backoff = checkedBackoff("InboxSubscription", DEFAULT_BACKOFF, options.backoff);
+    this.reconnects = new ReconnectSchedule(checkedBackoff("InboxSubscription", DEFAULT_BACKOFF, options.backoff), options.random ?? Math.random);
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
     this.handled = new RecentIds(options.rememberHandled ?? DEFAULT_REMEMBER_HANDLED);
     this.logger = options.logger ?? stderrLogger;
-    this.random = options.random ?? Math.random;
     this.loop = this.run();
   }
 
@@ -153,15 +148,14 @@ export class InboxSubscription {
     while (!this.stopping) {
       const end = await this.streamOnce();
       if (this.stopping) return;
-      if (end.reason === "error" && end.code !== undefined && REFUSALS.has(end.code)) {
+      if (isRefusal(end)) {
         this.failureError = new ConnectError(end.message, end.code);
         safeLog(this.logger, "error", "inbox subscription refused", { code: Code[end.code], error: end.message, ...this.request });
         this.setState("failed");
         return;
       }
-      const info: DisconnectInfo = { ...end, attempt: this.attempt, retryInMs: backoffDelay(this.attempt, this.backoff, this.random) };
-      this.attempt += 1;
-      safeLog(this.logger, "warn", "inbox stream disconnected", { ...info, code: info.code === undefined ? undefined : Code[info.code] });
+      const info = this.reconnects.next(end);
+      safeLog(this.logger, "warn", "inbox stream disconnected", disconnectFields(info));
       this.setState("waiting");
       this.emit("disconnected", info);
       await this.wait(info.retryInMs);
@@ -185,7 +179,7 @@ export class InboxSubscription {
               break;
             case "replayComplete":
               replaying = false;
-              this.attempt = 0;
+              this.reconnects.reset();
               this.setState("live");
               safeLog(this.logger, "info", "inbox stream recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
               this.emit("recovered", { replayed: msg.message.value.pending, handed: handedInReplay });

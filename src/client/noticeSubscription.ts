@@ -14,9 +14,9 @@
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
-import { backoffDelay, cancellableDelay, checkedBackoff, readUntilBreak, type BackoffPolicy, type StreamEnd } from "./streamReader.js";
+import { cancellableDelay, checkedBackoff, disconnectFields, isRefusal, readUntilBreak, ReconnectSchedule, type BackoffPolicy, type DisconnectInfo, type StreamEnd } from "./streamReader.js";
 
-export { backoffDelay, type BackoffPolicy } from "./streamReader.js";
+export { backoffDelay, type BackoffPolicy, type DisconnectInfo } from "./streamReader.js";
 
 export type WatchClient = Client<typeof WatchService>;
 
@@ -27,8 +27,6 @@ export const DEFAULT_ACK_TIMEOUT_MS = 5_000;
 /** How many acked notice texts are remembered to drop late replays of them. */
 const DEFAULT_REMEMBER_ACKED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
-/** Answers that a retry cannot change, so the subscription stops instead of reconnecting. */
-const REFUSALS = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);
 
 export interface NoticeSubscriptionOptions {
   /** Subscribe for every watcher of this agent … */
@@ -63,13 +61,6 @@ export type SubscriptionState =
   | "failed"
   | "closed";
 
-/** How a stream broke (`reason`: "idle" = no heartbeat in time), and when the next one opens. */
-export interface DisconnectInfo extends StreamEnd {
-  /** 0 for the first failure since the last healthy stream. */
-  attempt: number;
-  retryInMs: number;
-}
-
 export interface SubscriptionEvents {
   /** A notice was queued (each watcher/text once). */
   notice: (notice: Notice) => void;
@@ -89,11 +80,10 @@ const targetOf = (n: Notice) => `${n.targetAgentId}\n${n.targetSessionKey}`;
 
 export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly request: { agentId: string; watcherSessionKeys: string[] };
-  private readonly backoff: BackoffPolicy;
+  private readonly reconnects: ReconnectSchedule;
   private readonly idleTimeoutMs: number;
   private readonly ackTimeoutMs: number;
   private readonly logger: ClientLogger;
-  private readonly random: () => number;
   private readonly onWake: ((watcherKey: string, notice: Notice) => void) | undefined;
 
   /** Queued notices per watcher, by target (one per pair, like the service), oldest first. */
@@ -109,7 +99,6 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly listeners: Listeners = { notice: new Set(), received: new Set(), recovered: new Set(), disconnected: new Set(), state: new Set() };
   private current: SubscriptionState = "connecting";
   private stopping = false;
-  private attempt = 0;
   private streamAbort: AbortController | undefined;
   private cancelWait: (() => void) | undefined;
   private closing?: Promise<void>;
@@ -124,12 +113,11 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     const byKeys = options.watcherKeys !== undefined && options.watcherKeys.length > 0;
     if (byAgent === byKeys) throw new TypeError("NoticeSubscription: give exactly one of agentId and watcherKeys");
     this.request = { agentId: options.agentId ?? "", watcherSessionKeys: options.watcherKeys ?? [] };
-    this.backoff = checkedBackoff("NoticeSubscription", DEFAULT_BACKOFF, options.backoff);
+    this.reconnects = new ReconnectSchedule(checkedBackoff("NoticeSubscription", DEFAULT_BACKOFF, options.backoff), options.random ?? Math.random);
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
     this.acked = new RecentKeys(options.rememberAcked ?? DEFAULT_REMEMBER_ACKED);
     this.logger = options.logger ?? stderrLogger;
-    this.random = options.random ?? Math.random;
     this.onWake = options.onWake;
     if (options.onNotice) this.on("notice", options.onNotice);
     this.loop = this.run();
@@ -238,19 +226,15 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     while (!this.stopping) {
       const end = await this.streamOnce();
       if (this.stopping) return;
-      if (end.reason === "error" && end.code !== undefined && REFUSALS.has(end.code)) {
+      if (isRefusal(end)) {
         // A wrong selector or credentials: retrying cannot fix it.
         this.failureError = new ConnectError(end.message, end.code);
         safeLog(this.logger, "error", "notice subscription refused", { code: Code[end.code], error: end.message, ...this.request });
         this.setState("failed");
         return;
       }
-      const info: DisconnectInfo = { ...end, attempt: this.attempt, retryInMs: backoffDelay(this.attempt, this.backoff, this.random) };
-      this.attempt += 1;
-      safeLog(this.logger, "warn", "notice stream disconnected", {
-        ...info,
-        code: info.code === undefined ? undefined : Code[info.code],
-      });
+      const info = this.reconnects.next(end);
+      safeLog(this.logger, "warn", "notice stream disconnected", disconnectFields(info));
       this.setState("waiting");
       this.emit("disconnected", info);
       await this.wait(info.retryInMs);
@@ -274,7 +258,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
               break;
             case "replayComplete":
               replaying = false;
-              this.attempt = 0; // a healthy stream: the next failure starts the backoff afresh
+              this.reconnects.reset();
               this.setState("live");
               safeLog(this.logger, "info", "notice stream recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
               this.emit("recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });

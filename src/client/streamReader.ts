@@ -13,6 +13,20 @@ export interface StreamEnd {
   message: string;
 }
 
+/** How a stream broke (`reason`: "idle" = no heartbeat in time), and when the next one opens. */
+export interface DisconnectInfo extends StreamEnd {
+  /** 0 for the first failure since the last healthy stream. */
+  attempt: number;
+  retryInMs: number;
+}
+
+/** Answers that a retry cannot change (a wrong selector or credentials): a subscription stops instead of reconnecting. */
+const REFUSALS: ReadonlySet<Code> = new Set([Code.InvalidArgument, Code.Unauthenticated, Code.PermissionDenied]);
+
+export function isRefusal(end: StreamEnd): end is StreamEnd & { reason: "error"; code: Code } {
+  return end.reason === "error" && end.code !== undefined && REFUSALS.has(end.code);
+}
+
 /** Reconnect delays: capped exponential backoff with jitter. */
 export interface BackoffPolicy {
   /** Delay before the first reconnect, in ms. */
@@ -38,6 +52,33 @@ export function checkedBackoff(owner: string, defaults: BackoffPolicy, policy: P
     throw new RangeError(`${owner}: backoff needs 0 <= initialMs <= maxMs, multiplier >= 1 and 0 <= jitter <= 1`);
   }
   return b;
+}
+
+/** The reconnects after consecutive failures: counts them and draws each delay from the policy. */
+export class ReconnectSchedule {
+  private attempt = 0;
+
+  constructor(
+    private readonly policy: BackoffPolicy,
+    private readonly random: () => number,
+  ) {}
+
+  /** The stream broke: this failure's number and the delay before the next stream. */
+  next(end: StreamEnd): DisconnectInfo {
+    const info = { ...end, attempt: this.attempt, retryInMs: backoffDelay(this.attempt, this.policy, this.random) };
+    this.attempt += 1;
+    return info;
+  }
+
+  /** A healthy stream: the next failure starts the backoff afresh. */
+  reset(): void {
+    this.attempt = 0;
+  }
+}
+
+/** A disconnect as a log line's fields (the code by name). */
+export function disconnectFields(info: DisconnectInfo): Record<string, unknown> {
+  return { ...info, code: info.code === undefined ? undefined : Code[info.code] };
 }
 
 /**
