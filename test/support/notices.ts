@@ -10,56 +10,16 @@ import type { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import type { Notice, WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
 import type { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import type { MessageInitShape } from "@bufbuild/protobuf";
-import type { StreamNoticesRequestSchema } from "../../gen/sessionstate/v1/watch_pb.js";
+import type { StreamNoticesRequestSchema, StreamNoticesResponse } from "../../gen/sessionstate/v1/watch_pb.js";
+import { BackgroundStream } from "./backgroundStream.js";
 
-export class NoticeStream {
-  readonly notices: Notice[] = [];
-  replayed = -1;
-  error: unknown;
-  private waiters: (() => void)[] = [];
-  private readonly abort = new AbortController();
-  readonly done: Promise<void>;
-
+export class NoticeStream extends BackgroundStream<StreamNoticesResponse, Notice> {
   constructor(client: Client<typeof WatchService>, request: MessageInitShape<typeof StreamNoticesRequestSchema>) {
-    this.done = (async () => {
-      try {
-        for await (const msg of client.streamNotices(request, { signal: this.abort.signal })) {
-          if (msg.message.case === "notice") this.notices.push(msg.message.value);
-          if (msg.message.case === "replayComplete") this.replayed = msg.message.value.pending;
-          this.wakeAll();
-        }
-      } catch (err) {
-        if (!this.abort.signal.aborted) this.error = err;
-      }
-      this.wakeAll();
-    })();
+    super((signal) => client.streamNotices(request, { signal }), (msg) => (msg.message.case === "notice" ? msg.message.value : undefined), "notices", 5000);
   }
 
-  private wakeAll() {
-    const w = this.waiters;
-    this.waiters = [];
-    for (const f of w) f();
-  }
-
-  /** Resolves once `predicate` holds (checked on every message); rejects after `timeoutMs`. */
-  async until(predicate: () => boolean, what: string, timeoutMs = 5000): Promise<void> {
-    const deadline = Date.now() + timeoutMs;
-    while (!predicate()) {
-      if (this.error) throw this.error;
-      const remaining = deadline - Date.now();
-      if (remaining <= 0) throw new Error(`timed out waiting for ${what}; have ${this.notices.length} notices`);
-      await new Promise<void>((resolve) => {
-        const t = setTimeout(resolve, remaining);
-        this.waiters.push(() => {
-          clearTimeout(t);
-          resolve();
-        });
-      });
-    }
-  }
-
-  ready(): Promise<void> {
-    return this.until(() => this.replayed >= 0, "replay to complete");
+  get notices(): Notice[] {
+    return this.received;
   }
 
   /** Notices received about `target`. */
@@ -67,10 +27,6 @@ export class NoticeStream {
     return this.notices.filter((n) => n.targetSessionKey === target);
   }
 
-  close(): Promise<void> {
-    this.abort.abort();
-    return this.done;
-  }
 }
 
 const BARRIER_TARGET_PREFIX = "agent:barrier:target-";
