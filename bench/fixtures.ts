@@ -7,7 +7,7 @@ import { silentLogger } from "../src/server/logger.js";
 import type { LoadClientProcess } from "./clientProcess.js";
 import type { UnaryLoadJob, UnaryLoadResult } from "./jobs.js";
 import { formatNumber, median } from "./report.js";
-import { startServer, type RunningServer } from "../src/server/server.js";
+import { startServer, type RunningServer, type ServerOptions } from "../src/server/server.js";
 
 export interface BenchServer {
   server: RunningServer;
@@ -16,13 +16,14 @@ export interface BenchServer {
 }
 
 /** The real server (startServer) on port 0 over a fresh SQLite file; no pruning timer. */
-export async function startBenchServer(prefix: string): Promise<BenchServer> {
+export async function startBenchServer(prefix: string, options: Partial<ServerOptions> = {}): Promise<BenchServer> {
   const dir = mkdtempSync(join(tmpdir(), `sessionstate-bench-${prefix}-`));
   const server = await startServer({
     port: 0,
     databasePath: join(dir, "state.db"),
     logger: silentLogger,
     pruneIntervalMs: 0,
+    ...options,
   });
   return {
     server,

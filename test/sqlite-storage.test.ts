@@ -4,9 +4,16 @@
  */
 import Database from "better-sqlite3";
 import { join } from "node:path";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import { openSqliteStorage } from "../src/core/sqlite/database.js";
 import { DatabaseInUseError } from "../src/core/sqlite/processLock.js";
+import {
+  BackgroundCheckpointer,
+  FALLBACK_AUTOCHECKPOINT_PAGES,
+  INLINE_AUTOCHECKPOINT_PAGES,
+  STARTS_AFTER_COMMITS,
+} from "../src/core/sqlite/checkpointer.js";
+import { existsSync, statSync } from "node:fs";
 import type { SqliteStorage } from "../src/core/sqlite/storage.js";
 import { tempDir } from "./support/harness.js";
 
@@ -53,5 +60,111 @@ describe("SQLite storage", () => {
     await first.close();
     const again = openSqliteStorage({ path });
     await again.close();
+  });
+
+  describe("WAL checkpoints (background by default)", () => {
+    const ROW = "x".repeat(2000);
+    /** `commits` write transactions through the storage, each a few pages of log. */
+    async function commit(storage: SqliteStorage, commits: number): Promise<void> {
+      for (let i = 0; i < commits; i++) {
+        await storage.write(async () => {
+          storage.db.prepare("INSERT INTO bulk (v) VALUES (?), (?), (?)").run(ROW, ROW, ROW);
+        });
+      }
+    }
+    function withBulkTable(storage: SqliteStorage): SqliteStorage {
+      storage.db.exec("CREATE TABLE IF NOT EXISTS bulk (id INTEGER PRIMARY KEY, v TEXT)");
+      return storage;
+    }
+    const walPages = (storage: SqliteStorage) => (storage.db.pragma("wal_checkpoint(PASSIVE)") as { log: number }[])[0].log;
+
+    it("starts the worker with the first writes, leaves the serving connection only the fallback, and lets the log restart", async () => {
+      const path = scratch();
+      const logged: string[] = [];
+      const storage = withBulkTable(openSqliteStorage({ path, log: (_level, msg) => logged.push(msg) }));
+      cleanups.push(() => storage.close());
+      // Idle (and lightly used) services run no worker.
+      await commit(storage, STARTS_AFTER_COMMITS - 1);
+      expect(storage.walCheckpointer).toBeUndefined();
+      expect(storage.db.pragma("wal_autocheckpoint", { simple: true })).toBe(INLINE_AUTOCHECKPOINT_PAGES);
+
+      await commit(storage, 1);
+      const worker = storage.walCheckpointer;
+      expect(worker).toBeDefined();
+      expect(storage.db.pragma("wal_autocheckpoint", { simple: true })).toBe(FALLBACK_AUTOCHECKPOINT_PAGES);
+      // More than the inline threshold of log: without the worker nothing would copy it now.
+      await commit(storage, 400);
+      const before = walPages(storage);
+      expect(before).toBeGreaterThan(INLINE_AUTOCHECKPOINT_PAGES);
+      // The worker catches up with every page of the log on its own...
+      const caughtUp = await worker!.nextPass((p) => p.log >= before && p.checkpointed === p.log);
+      expect(caughtUp.checkpointed).toBe(caughtUp.log);
+      // ...so the next write starts the log over from its beginning instead of growing it.
+      await commit(storage, 1);
+      expect(walPages(storage)).toBeLessThan(50);
+      expect(logged).toEqual([]);
+    });
+
+    it("keeps the log bounded by the fallback under writes that never pause", async () => {
+      const path = scratch();
+      const storage = withBulkTable(openSqliteStorage({ path }));
+      cleanups.push(() => storage.close());
+      // Back-to-back commits in microtasks: the worker's passes never find the log at rest.
+      // (About 36,000 pages of log: over three times the fallback.)
+      await commit(storage, 12_000);
+      expect(storage.walCheckpointer).toBeDefined();
+      const frame = (storage.db.pragma("page_size", { simple: true }) as number) + 24;
+      // The fallback may find the worker mid-pass and try again at the next commit: a little over.
+      expect(walPages(storage)).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES);
+      expect(statSync(`${path}-wal`).size).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
+      expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 36_000 });
+    });
+
+    it("checkpoints inline when asked (--wal-checkpoint inline)", async () => {
+      const storage = withBulkTable(openSqliteStorage({ path: scratch(), walCheckpoint: "inline" }));
+      cleanups.push(() => storage.close());
+      await commit(storage, STARTS_AFTER_COMMITS + 10);
+      expect(storage.walCheckpointer).toBeUndefined();
+      expect(storage.db.pragma("wal_autocheckpoint", { simple: true })).toBe(INLINE_AUTOCHECKPOINT_PAGES);
+    });
+
+    it("goes back to inline checkpoints, with a warning, when the worker dies", async () => {
+      const logged: { level: string; msg: string; fields?: Record<string, unknown> }[] = [];
+      const storage = withBulkTable(openSqliteStorage({ path: scratch(), log: (level, msg, fields) => logged.push({ level, msg, fields }) }));
+      cleanups.push(() => storage.close());
+      await commit(storage, STARTS_AFTER_COMMITS);
+      const worker = storage.walCheckpointer!;
+      await worker.nextPass();
+      // What an out-of-memory kill of the thread looks like from here.
+      await (worker as unknown as { worker: { terminate(): Promise<number> } }).worker.terminate();
+      await vi.waitFor(() => expect(storage.walCheckpointer).toBeUndefined());
+      expect(storage.db.pragma("wal_autocheckpoint", { simple: true })).toBe(INLINE_AUTOCHECKPOINT_PAGES);
+      expect(logged).toEqual([
+        expect.objectContaining({ level: "warn", msg: expect.stringMatching(/inline again/), fields: { reason: expect.stringMatching(/exited/) } }),
+      ]);
+      await commit(storage, 10);
+    });
+
+    it("reports a worker that cannot open the file", async () => {
+      const reasons: string[] = [];
+      const dir = scratch();
+      const checkpointer = new BackgroundCheckpointer({ path: join(dir, "missing.db"), synchronous: "normal", onFailure: (r) => reasons.push(r) });
+      cleanups.push(() => checkpointer.stop());
+      await vi.waitFor(() => expect(reasons).toHaveLength(1));
+      expect(reasons[0]).toMatch(/unable to open|SQLITE_CANTOPEN|directory does not exist/i);
+    });
+
+    it("stops the worker on close, so the clean stop folds the whole log into the file", async () => {
+      const path = scratch();
+      const storage = withBulkTable(openSqliteStorage({ path }));
+      await commit(storage, STARTS_AFTER_COMMITS + 50);
+      expect(storage.walCheckpointer).toBeDefined();
+      await storage.close();
+      // TRUNCATE needs every other connection gone: the worker's is.
+      expect(existsSync(`${path}-wal`) ? statSync(`${path}-wal`).size : 0).toBe(0);
+      const again = new Database(path, { readonly: true });
+      expect(again.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 3 * (STARTS_AFTER_COMMITS + 50) });
+      again.close();
+    });
   });
 });

@@ -4,6 +4,7 @@
  * file, the default.
  */
 import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
+import type { WalCheckpointMode } from "./sqlite/checkpointer.js";
 import { isPostgresUrl } from "./databaseName.js";
 import type { CoreMetrics } from "./metrics.js";
 import type { Storage } from "./storage.js";
@@ -14,6 +15,8 @@ export interface OpenStorageOptions {
   db: string;
   /** SQLite only. */
   synchronous?: Synchronous;
+  /** SQLite only: who checkpoints the WAL (sqlite/checkpointer.ts). */
+  walCheckpoint?: WalCheckpointMode;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
   /** Where group-commit sizes go (src/core/metrics.ts). */
@@ -27,5 +30,5 @@ export async function openStorage(options: OpenStorageOptions): Promise<Storage>
     const { PostgresStorage } = await import("./postgres/storage.js");
     return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
   }
-  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics });
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, log: options.log });
 }

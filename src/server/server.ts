@@ -10,6 +10,7 @@ import { setMaxListeners } from "node:events";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
+import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
 import { Messaging } from "../core/coordination/messaging.js";
@@ -53,6 +54,8 @@ export interface ServerOptions {
    */
   startupCheckMaxBytes?: number;
   synchronous?: Synchronous;
+  /** SQLite: who checkpoints the WAL, a worker thread once writes begin (default) or the committing connection. */
+  walCheckpoint?: WalCheckpointMode;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
   pruneIntervalMs?: number;
@@ -195,6 +198,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const storage = await openStorage({
     db: databasePath,
     synchronous: options.synchronous,
+    walCheckpoint: options.walCheckpoint,
     poolSize: options.poolSize,
     metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),

@@ -11,6 +11,7 @@ import { acquireProcessLock } from "./processLock.js";
 import { isDamagedFile } from "./storageFaults.js";
 import { migrate } from "./schema.js";
 import { SqliteStorage } from "./storage.js";
+import type { WalCheckpointMode } from "./checkpointer.js";
 
 export type Synchronous = "off" | "normal" | "full" | "extra";
 
@@ -20,8 +21,8 @@ export interface DatabaseOptions {
   /**
    * `normal` (default) in WAL mode: a committed transaction survives a crash of the process
    * (kill -9), because the commit is in the OS before the call returns. On power loss or an
-   * OS crash, the transactions committed since the WAL was last synced (at each checkpoint,
-   * about every 1000 pages of WAL) may roll back: whole transactions, newest first, never a
+   * OS crash, the transactions committed since the WAL was last synced (at each checkpoint:
+   * checkpointer.ts) may roll back: whole transactions, newest first, never a
    * corrupt file; sequences of lost events can then be issued again. `full` also syncs the
    * WAL on every commit, so an acknowledged commit survives power loss too, at a cost in
    * write throughput.
@@ -58,11 +59,25 @@ export function openDatabase(options: DatabaseOptions): Database.Database {
  * The SQLite backend for a serving process: the one-process lock first (a second server on
  * the same file is refused, naming the holder), then the database.
  */
-export function openSqliteStorage(options: DatabaseOptions & { metrics?: Pick<CoreMetrics, "groupCommitted"> }): SqliteStorage {
+export interface SqliteStorageOpenOptions extends DatabaseOptions {
+  metrics?: Pick<CoreMetrics, "groupCommitted">;
+  /** Who checkpoints the WAL (checkpointer.ts); default `background`. */
+  walCheckpoint?: WalCheckpointMode;
+  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+}
+
+export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStorage {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
   const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
   try {
-    return new SqliteStorage(openDatabase(options), { path: options.path, metrics: options.metrics, onClose: () => lock?.release() });
+    return new SqliteStorage(openDatabase(options), {
+      path: options.path,
+      metrics: options.metrics,
+      walCheckpoint: options.walCheckpoint,
+      synchronous: options.synchronous ?? "normal",
+      log: options.log,
+      onClose: () => lock?.release(),
+    });
   } catch (err) {
     lock?.release();
     // A file too damaged to open (its header gone, its schema corrupt) cannot be served at all.

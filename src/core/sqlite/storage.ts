@@ -28,6 +28,13 @@ import { SqliteSignalLogRows } from "./signalLogRows.js";
 import { asDomainError, damagedFileAdvice } from "./storageFaults.js";
 import { SqliteTranscriptRows } from "./transcriptRows.js";
 import { SqliteUpstreamRows } from "./upstreamRows.js";
+import {
+  BackgroundCheckpointer,
+  FALLBACK_AUTOCHECKPOINT_PAGES,
+  INLINE_AUTOCHECKPOINT_PAGES,
+  STARTS_AFTER_COMMITS,
+  type WalCheckpointMode,
+} from "./checkpointer.js";
 
 interface GroupMember {
   unit: (tx: Tx) => Promise<unknown>;
@@ -42,6 +49,15 @@ export interface SqliteStorageOptions {
   onClose?: () => void;
   /** Where group-commit sizes go. */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
+  /**
+   * Who folds the WAL back into the file (checkpointer.ts): a worker thread once writes begin
+   * (`background`, the default for a file) or the committing connection itself (`inline`).
+   */
+  walCheckpoint?: WalCheckpointMode;
+  /** The connection's `synchronous` (the checkpoint worker's connection runs with the same). */
+  synchronous?: string;
+  /** Where the checkpointer's trouble is reported. */
+  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
 }
 
 export class SqliteStorage implements Storage {
@@ -53,6 +69,8 @@ export class SqliteStorage implements Storage {
   private closed = false;
   readonly description: { database: string; damagedAdvice: string };
   private readonly path: string;
+  private commits = 0;
+  private checkpointer: BackgroundCheckpointer | undefined;
 
   constructor(
     readonly db: Database.Database,
@@ -116,6 +134,7 @@ export class SqliteStorage implements Storage {
       try {
         const value = await unit(this.tx);
         this.stmt.commit.run();
+        this.committed();
         return value;
       } catch (err) {
         if (this.db.inTransaction) this.stmt.rollback.run();
@@ -169,12 +188,43 @@ export class SqliteStorage implements Storage {
         if (this.db.inTransaction) this.stmt.rollback.run();
         throw err;
       }
+      this.committed();
       this.options.metrics?.groupCommitted(members.length);
       results.forEach((r, i) => ("error" in r ? members[i].reject(r.error) : members[i].resolve(r.value)));
     }).catch((err: unknown) => {
       // BEGIN or COMMIT failed (busy, disk full): the whole group rolled back, nothing written.
       for (const member of members) member.reject(err);
     });
+  }
+
+  /** Counts commits; the background checkpointer starts with the first writes (checkpointer.ts). */
+  private committed(): void {
+    if (++this.commits !== STARTS_AFTER_COMMITS) return;
+    if ((this.options.walCheckpoint ?? "background") !== "background" || this.path === ":memory:" || this.path === "") return;
+    this.startCheckpointer();
+  }
+
+  private startCheckpointer(): void {
+    try {
+      this.checkpointer = new BackgroundCheckpointer({
+        path: this.path,
+        synchronous: this.options.synchronous ?? "normal",
+        onFailure: (reason) => {
+          this.checkpointer = undefined;
+          if (this.db.open) this.db.pragma(`wal_autocheckpoint = ${INLINE_AUTOCHECKPOINT_PAGES}`);
+          this.options.log?.("warn", "background WAL checkpoints stopped; the serving connection checkpoints inline again", { reason });
+        },
+      });
+      this.db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+    } catch (err) {
+      this.checkpointer = undefined;
+      this.options.log?.("warn", "background WAL checkpoints could not start; the serving connection checkpoints inline", { error: String(err) });
+    }
+  }
+
+  /** The background checkpointer, once writes have started it (tests, diagnostics). */
+  get walCheckpointer(): BackgroundCheckpointer | undefined {
+    return this.checkpointer;
   }
 
   async checkIntegrity(maxBytes: number): Promise<IntegrityReport> {
@@ -194,6 +244,8 @@ export class SqliteStorage implements Storage {
     await this.flushGroup();
     await this.turn;
     this.closed = true;
+    await this.checkpointer?.stop();
+    this.checkpointer = undefined;
     if (this.db.open) {
       try {
         // Fold the WAL back into the main file so a clean stop leaves one file behind.
