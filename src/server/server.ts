@@ -67,6 +67,8 @@ export interface ServerOptions {
   maxStreamBatchesInFlight?: number;
   /** Largest request message accepted; default 4 MiB. */
   readMaxBytes?: number;
+  /** Smallest response message compressed for a client that accepts gzip or br; default 64 KiB. */
+  compressMinBytes?: number;
   /** Time in-flight calls get to finish on stop; default 5 s. */
   shutdownGraceMs?: number;
   logger?: Logger;
@@ -154,6 +156,7 @@ export const DEFAULTS = {
   streamBufferCapacity: 10_000,
   maxStreamBatchesInFlight: 64,
   readMaxBytes: 4 * 1024 * 1024,
+  compressMinBytes: 64 * 1024,
   shutdownGraceMs: 5_000,
   upstreamIntervalMs: 10_000,
   upstreamSkimBudgetBytes: DEFAULT_SKIM_BUDGET_BYTES,
@@ -308,6 +311,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       idleTimeoutMs: options.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
       readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
       writeMaxBytes: 16 * 1024 * 1024,
+      compressMinBytes: options.compressMinBytes ?? DEFAULTS.compressMinBytes,
     },
     corsOrigins: options.corsOrigins ?? [],
     // Ready once started and until stopping, while the database answers a trivial query.

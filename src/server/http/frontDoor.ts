@@ -34,6 +34,8 @@ export interface FrontDoorLimits {
   /** Largest request message; the RPC layer refuses bigger ones. */
   readMaxBytes: number;
   writeMaxBytes: number;
+  /** Smallest response message compressed for a client that accepts gzip or br. */
+  compressMinBytes: number;
 }
 
 export interface FrontDoorOptions {
@@ -87,6 +89,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     ],
     readMaxBytes: limits.readMaxBytes,
     writeMaxBytes: limits.writeMaxBytes,
+    compressMinBytes: limits.compressMinBytes,
     shutdownSignal: options.shutdownSignal,
     // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts).
     contextValues: callTransportContext,

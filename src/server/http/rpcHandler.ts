@@ -31,7 +31,7 @@ import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, type RpcPr
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 
-export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "interceptors" | "readMaxBytes" | "writeMaxBytes" | "shutdownSignal"> {
+export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "interceptors" | "readMaxBytes" | "writeMaxBytes" | "compressMinBytes" | "shutdownSignal"> {
   routes(router: ConnectRouter): void;
   /** Context values of each call (the peer and the call record are added). */
   contextValues(req: NodeRequest): ContextValues;
@@ -52,6 +52,8 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     writeMaxBytes: options.writeMaxBytes,
     shutdownSignal: options.shutdownSignal,
     acceptCompression: [compressionGzip, compressionBrotli],
+    // Compressing costs the server more CPU than it saves on a fast network below this size.
+    compressMinBytes: options.compressMinBytes,
   });
   options.routes(router);
   const byPath = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
