@@ -39,6 +39,8 @@ export async function startNoopServer(fixtures: NoopFixtures): Promise<NoopServe
       }),
     readMaxBytes: DEFAULTS.readMaxBytes,
     writeMaxBytes: 16 * 1024 * 1024,
+    // As the product compresses: the same bytes on the wire for the same answer.
+    compressMinBytes: DEFAULTS.compressMinBytes,
   });
   const server = http2.createServer(handler);
   const sessions = new Set<http2.ServerHttp2Session>();
