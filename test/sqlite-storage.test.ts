@@ -102,7 +102,7 @@ describe("SQLite storage", () => {
       // ...so the next write starts the log over from its beginning instead of growing it.
       await commit(storage, 1);
       expect(walPages(storage)).toBeLessThan(50);
-      expect(logged).toEqual([]);
+      expect(logged).toEqual(["background WAL checkpoints started"]);
     });
 
     it("keeps the log bounded by the fallback under writes that never pause", async () => {
@@ -140,6 +140,7 @@ describe("SQLite storage", () => {
       await vi.waitFor(() => expect(storage.walCheckpointer).toBeUndefined());
       expect(storage.db.pragma("wal_autocheckpoint", { simple: true })).toBe(INLINE_AUTOCHECKPOINT_PAGES);
       expect(logged).toEqual([
+        expect.objectContaining({ level: "info", msg: "background WAL checkpoints started" }),
         expect.objectContaining({ level: "warn", msg: expect.stringMatching(/inline again/), fields: { reason: expect.stringMatching(/exited/) } }),
       ]);
       await commit(storage, 10);

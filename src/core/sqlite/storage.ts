@@ -216,6 +216,7 @@ export class SqliteStorage implements Storage {
         },
       });
       this.db.pragma(`wal_autocheckpoint = ${FALLBACK_AUTOCHECKPOINT_PAGES}`);
+      this.options.log?.("info", "background WAL checkpoints started", { fallbackPages: FALLBACK_AUTOCHECKPOINT_PAGES });
     } catch (err) {
       this.checkpointer = undefined;
       this.options.log?.("warn", "background WAL checkpoints could not start; the serving connection checkpoints inline", { error: String(err) });
