@@ -15,7 +15,7 @@ import { Code } from "@connectrpc/connect";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import type { Notice, StreamNoticesResponse } from "../gen/sessionstate/v1/watch_pb.js";
 import { NoticeSubscription } from "../src/client/noticeSubscription.js";
-import { silentLogger } from "../src/client/logger.js";
+import { silentLogger } from "../src/server/logger.js";
 import { contextKeyFor } from "../src/core/keys.js";
 import { FANOUT_INLINE, FANOUT_STEP, noticeText } from "../src/core/noticeProtocol.js";
 import { BackgroundStream } from "./support/backgroundStream.js";

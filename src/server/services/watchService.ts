@@ -139,13 +139,17 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       const binary = isBinaryCall(ctx.requestHeader, ctx.url);
       /** The stream messages carrying `notices` (already marked as sent), in order. */
       function* messages(notices: readonly Notice[]): Generator<StreamNoticesResponse> {
-        if (notices.length === 0) return;
-        core.metrics.noticesDelivered(notices.length);
         if (perMessage === 0) {
-          for (const n of notices) yield noticeResponse(n, binary);
+          for (const n of notices) {
+            core.metrics.noticesDelivered(1);
+            yield noticeResponse(n, binary);
+          }
           return;
         }
-        for (const group of noticeGroups(notices, perMessage)) yield batchResponse(group, binary);
+        for (const group of noticeGroups(notices, perMessage)) {
+          core.metrics.noticesDelivered(group.length);
+          yield batchResponse(group, binary);
+        }
       }
       try {
         const pending = await core.pendingNotices(selector);
