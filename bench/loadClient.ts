@@ -31,6 +31,7 @@ import type {
 } from "./jobs.js";
 import { OPENED_CALLS, openCall, type OpenedCall } from "./peerCalls.js";
 import { benchTransport } from "./transport.js";
+import { NOTICES_PER_MESSAGE } from "../src/client/noticeSubscription.js";
 
 /** A notify-eligible event of a realistic size (metadata only, as the SPEC requires). */
 function goalChanged(sessionKey: string, actorId: string, n: number): MessageInitShape<typeof EventInputSchema> {
@@ -110,7 +111,11 @@ interface NoticeStream {
   close(): void;
 }
 
-/** A StreamNotices subscription; `onNotice` gets each live notice with its receipt time. */
+/**
+ * A StreamNotices subscription; `onNotice` gets each live notice with its receipt time. It
+ * asks for batches as the shipped client (NoticeSubscription) does, so the figures are what
+ * users get.
+ */
 function openNoticeStream(
   watch: Client<typeof WatchService>,
   agentId: string,
@@ -126,13 +131,16 @@ function openNoticeStream(
   });
   void (async () => {
     try {
-      for await (const res of watch.streamNotices({ agentId }, { signal: abort.signal })) {
+      const request = { agentId, maxNoticesPerMessage: NOTICES_PER_MESSAGE };
+      for await (const res of watch.streamNotices(request, { signal: abort.signal })) {
         const receivedAt = performance.now();
         if (res.message.case === "replayComplete") {
           replayed = true;
           resolveReady();
         } else if (res.message.case === "notice" && replayed) {
           onNotice(res.message.value, receivedAt);
+        } else if (res.message.case === "notices" && replayed) {
+          for (const notice of res.message.value.notices) onNotice(notice, receivedAt);
         }
       }
     } catch (err) {

@@ -1,7 +1,7 @@
 /**
  * GetStatus over binary protocols answers with each event's bytes encoded once
- * (src/server/eventWire.ts), and notice streams write each notice field by field
- * (src/server/noticeWire.ts). The fast path and the typed path must decode to the same
+ * (src/server/eventWire.ts), and notice streams write each notice (alone or in a batch)
+ * field by field (src/server/noticeWire.ts). The fast path and the typed path must decode to the same
  * message: for random events, and through a real server over every protocol and encoding,
  * including rows written straight into the database (as by an older build or another replica).
  */
@@ -15,8 +15,8 @@ import { GetStatusResponseSchema, StateChangesSchema, StateService } from "../ge
 import type { SignalEvent } from "../src/core/model.js";
 import { EVENT_KINDS } from "../src/core/model.js";
 import { eventMessage, noticeMessage } from "../src/server/convert.js";
-import { encodeNotice, noticeField } from "../src/server/noticeWire.js";
-import { NoticeSchema, StreamNoticesResponseSchema } from "../gen/sessionstate/v1/watch_pb.js";
+import { batchedNoticeSize, encodeNotice, noticeBatchField, noticeField } from "../src/server/noticeWire.js";
+import { NoticeBatchSchema, NoticeSchema, StreamNoticesResponseSchema } from "../gen/sessionstate/v1/watch_pb.js";
 import { EventWireCache, isBinaryCall } from "../src/server/eventWire.js";
 import { PROTOCOLS, startTestServer, transportFor, type TestServer } from "./support/harness.js";
 
@@ -76,17 +76,18 @@ describe("events encoded once", () => {
 });
 
 describe("notices encoded field by field", () => {
+  const notice = fc.record({
+    watcherKey: text,
+    targetAgentId: text,
+    targetKey: text,
+    changesSince: fc.nat({ max: Number.MAX_SAFE_INTEGER }),
+    notifiedSequence: fc.nat({ max: Number.MAX_SAFE_INTEGER }),
+    text,
+    contextKey: text,
+    wake: fc.boolean(),
+  });
+
   it("are byte for byte what the reflective encoder writes, for random notices", () => {
-    const notice = fc.record({
-      watcherKey: text,
-      targetAgentId: text,
-      targetKey: text,
-      changesSince: fc.nat({ max: Number.MAX_SAFE_INTEGER }),
-      notifiedSequence: fc.nat({ max: Number.MAX_SAFE_INTEGER }),
-      text,
-      contextKey: text,
-      wake: fc.boolean(),
-    });
     fc.assert(
       fc.property(notice, (n) => {
         expect(encodeNotice(n)).toEqual(toBinary(NoticeSchema, noticeMessage(n)));
@@ -96,6 +97,22 @@ describe("notices encoded field by field", () => {
         expect(toBinary(StreamNoticesResponseSchema, viaField)).toEqual(toBinary(StreamNoticesResponseSchema, typed));
       }),
       { numRuns: 500 },
+    );
+  });
+
+  it("in a batch, are byte for byte what the reflective encoder writes for the NoticeBatch case", () => {
+    fc.assert(
+      fc.property(fc.array(notice, { minLength: 1, maxLength: 20 }), (notices) => {
+        const viaField = create(StreamNoticesResponseSchema);
+        viaField.$unknown = noticeBatchField(notices);
+        const typed = create(StreamNoticesResponseSchema, { message: { case: "notices", value: { notices: notices.map(noticeMessage) } } });
+        const bytes = toBinary(StreamNoticesResponseSchema, typed);
+        expect(toBinary(StreamNoticesResponseSchema, viaField)).toEqual(bytes);
+        // What a batch's size bound counts: each entry's key, length and message.
+        const batchBytes = toBinary(NoticeBatchSchema, create(NoticeBatchSchema, { notices: notices.map(noticeMessage) })).length;
+        expect(notices.reduce((sum, n) => sum + batchedNoticeSize(n), 0)).toBe(batchBytes);
+      }),
+      { numRuns: 300 },
     );
   });
 });

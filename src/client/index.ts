@@ -37,6 +37,7 @@ export {
   DEFAULT_ACK_TIMEOUT_MS,
   DEFAULT_BACKOFF,
   DEFAULT_IDLE_TIMEOUT_MS,
+  NOTICES_PER_MESSAGE,
   type BackoffPolicy,
   type DisconnectInfo,
   type NoticeSubscriptionOptions,

@@ -27,6 +27,12 @@ export const DEFAULT_ACK_TIMEOUT_MS = 5_000;
 /** How many acked notice texts are remembered to drop late replays of them. */
 const DEFAULT_REMEMBER_ACKED = 10_000;
 const MAX_ACKS_PER_CALL = 1_000;
+/**
+ * Notices the service may put in one stream message (StreamNoticesRequest
+ * max_notices_per_message): a fan-out's notices then cost one message per group, not one
+ * each. Listeners still get them one by one. A service that predates batching ignores it.
+ */
+export const NOTICES_PER_MESSAGE = 256;
 
 export interface NoticeSubscriptionOptions {
   /** Subscribe for every watcher of this agent … */
@@ -79,7 +85,7 @@ const textKey = (n: Notice) => `${n.watcherSessionKey}\n${n.text}`;
 const targetOf = (n: Notice) => `${n.targetAgentId}\n${n.targetSessionKey}`;
 
 export class NoticeSubscription implements AsyncIterable<Notice> {
-  private readonly request: { agentId: string; watcherSessionKeys: string[] };
+  private readonly request: { agentId: string; watcherSessionKeys: string[]; maxNoticesPerMessage: number };
   private readonly reconnects: ReconnectSchedule;
   private readonly idleTimeoutMs: number;
   private readonly ackTimeoutMs: number;
@@ -112,7 +118,11 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     const byAgent = options.agentId !== undefined && options.agentId !== "";
     const byKeys = options.watcherKeys !== undefined && options.watcherKeys.length > 0;
     if (byAgent === byKeys) throw new TypeError("NoticeSubscription: give exactly one of agentId and watcherKeys");
-    this.request = { agentId: options.agentId ?? "", watcherSessionKeys: options.watcherKeys ?? [] };
+    this.request = {
+      agentId: options.agentId ?? "",
+      watcherSessionKeys: options.watcherKeys ?? [],
+      maxNoticesPerMessage: NOTICES_PER_MESSAGE,
+    };
     this.reconnects = new ReconnectSchedule(checkedBackoff("NoticeSubscription", DEFAULT_BACKOFF, options.backoff), options.random ?? Math.random);
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
@@ -229,7 +239,12 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
       if (isRefusal(end)) {
         // A wrong selector or credentials: retrying cannot fix it.
         this.failureError = new ConnectError(end.message, end.code);
-        safeLog(this.logger, "error", "notice subscription refused", { code: Code[end.code], error: end.message, ...this.request });
+        safeLog(this.logger, "error", "notice subscription refused", {
+          code: Code[end.code],
+          error: end.message,
+          agentId: this.request.agentId,
+          watcherSessionKeys: this.request.watcherSessionKeys,
+        });
         this.setState("failed");
         return;
       }
@@ -255,6 +270,9 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
           switch (msg.message.case) {
             case "notice":
               if (this.offer(msg.message.value) && replaying) queuedInReplay += 1;
+              break;
+            case "notices":
+              for (const notice of msg.message.value.notices) if (this.offer(notice) && replaying) queuedInReplay += 1;
               break;
             case "replayComplete":
               replaying = false;

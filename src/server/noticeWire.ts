@@ -2,16 +2,18 @@
  * A notice as protobuf bytes, written field by field into one buffer: a fan-out can put
  * thousands of notices on one stream at once, and the reflective encoder costs several times
  * more per message than the work itself. Over binary protocols a stream message carries these
- * bytes as the `notice` field (an unknown field with its number, written out verbatim); JSON
- * streams keep the typed path. test/event-wire.test.ts checks both decode to the same message.
+ * bytes as the `notice` field, or several of them as the `notices` batch (an unknown field with
+ * its number, written out verbatim); JSON streams keep the typed path. test/event-wire.test.ts
+ * checks both decode to the same message.
  */
 import type { UnknownField } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { Notice } from "../core/model.js";
-import { NoticeSchema, StreamNoticesResponseSchema } from "../../gen/sessionstate/v1/watch_pb.js";
+import { NoticeBatchSchema, NoticeSchema, StreamNoticesResponseSchema } from "../../gen/sessionstate/v1/watch_pb.js";
 
 const F = NoticeSchema.field;
 const NOTICE_FIELD = StreamNoticesResponseSchema.field.notice.number;
+const BATCH_FIELD = StreamNoticesResponseSchema.field.notices.number;
 
 /** A field's key byte: every Notice field number is below 16, so each key is one byte. */
 const key = (no: number, wireType: WireType) => (no << 3) | wireType;
@@ -24,6 +26,8 @@ const K = {
   contextKey: key(F.contextKey.number, WireType.LengthDelimited),
   wake: key(F.wake.number, WireType.Varint),
   notified: key(F.notifiedSequence.number, WireType.Varint),
+  /** A NoticeBatch's `notices` entry (field 1). */
+  batchEntry: key(NoticeBatchSchema.field.notices.number, WireType.LengthDelimited),
 };
 
 /** Bytes of an unsigned varint (sequences are non-negative integers below 2^53). */
@@ -121,4 +125,31 @@ export function noticeField(n: Notice): UnknownField[] {
   const buf = Buffer.allocUnsafe(varintSize(size) + size);
   writeNotice(buf, writeVarint(buf, 0, size), n, lengths);
   return [{ no: NOTICE_FIELD, wireType: WireType.LengthDelimited, data: plain(buf) }];
+}
+
+/** Bytes a notice takes inside a NoticeBatch (its key, length and message). */
+export function batchedNoticeSize(n: Notice): number {
+  const { size } = sizeOf(n);
+  return 1 + varintSize(size) + size;
+}
+
+/**
+ * The `notices` field of a StreamNoticesResponse: a NoticeBatch of `notices` (in order), as
+ * an unknown field carrying its bytes (length-prefixed), written in one buffer.
+ */
+export function noticeBatchField(notices: readonly Notice[]): UnknownField[] {
+  const sized = notices.map((n) => {
+    checkSequences(n);
+    return sizeOf(n);
+  });
+  let batchSize = 0;
+  for (const s of sized) batchSize += 1 + varintSize(s.size) + s.size;
+  const buf = Buffer.allocUnsafe(varintSize(batchSize) + batchSize);
+  let at = writeVarint(buf, 0, batchSize);
+  for (let i = 0; i < notices.length; i++) {
+    buf[at++] = K.batchEntry;
+    at = writeVarint(buf, at, sized[i].size);
+    at = writeNotice(buf, at, notices[i], sized[i].lengths);
+  }
+  return [{ no: BATCH_FIELD, wireType: WireType.LengthDelimited, data: plain(buf) }];
 }

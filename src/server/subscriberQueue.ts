@@ -5,7 +5,8 @@
  * re-subscribe from the durable cursors.
  */
 export type Pulled<T, S> =
-  | { kind: "item"; item: T }
+  /** The oldest items, in order (1 up to the `max` asked for). */
+  | { kind: "items"; items: T[] }
   /** Re-read the source: the parts named (`all` = everything). */
   | { kind: "resync"; all: true }
   | { kind: "resync"; all: false; parts: S[] }
@@ -56,9 +57,12 @@ export class SubscriberQueue<T, S = never> {
     this.wake?.();
   }
 
-  /** The next item (or a resync request); "idle" after `idleMs` without one; "closed" once `signal` aborts. */
-  async pull(signal: AbortSignal, idleMs: number): Promise<Pulled<T, S>> {
-    const ready = this.ready();
+  /**
+   * The next items, up to `max` of those ready (or a resync request); "idle" after `idleMs`
+   * without one; "closed" once `signal` aborts.
+   */
+  async pull(signal: AbortSignal, idleMs: number, max = 1): Promise<Pulled<T, S>> {
+    const ready = this.ready(max);
     if (ready) return ready;
     if (signal.aborted) return { kind: "closed" };
     await new Promise<void>((resolve) => {
@@ -72,12 +76,12 @@ export class SubscriberQueue<T, S = never> {
       }
     });
     this.wake = undefined;
-    return this.ready() ?? (signal.aborted ? { kind: "closed" } : { kind: "idle" });
+    return this.ready(max) ?? (signal.aborted ? { kind: "closed" } : { kind: "idle" });
   }
 
-  private ready(): Pulled<T, S> | undefined {
+  private ready(max: number): Pulled<T, S> | undefined {
     if (this.overflowed) return { kind: "overflow" };
-    if (this.items.length > 0) return { kind: "item", item: this.items.shift()! };
+    if (this.items.length > 0) return { kind: "items", items: this.items.splice(0, max) };
     const resync = this.resync;
     if (resync) {
       this.resync = undefined;

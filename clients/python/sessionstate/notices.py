@@ -43,6 +43,11 @@ _END = object()
 
 log = logging.getLogger("sessionstate.notices")
 
+#: Notices the service may put in one stream message (StreamNoticesRequest
+#: max_notices_per_message): a fan-out costs one message per group, not one per notice. They
+#: are still handed out one by one. A service that predates batching ignores the field.
+NOTICES_PER_MESSAGE = 256
+
 
 @dataclass(frozen=True)
 class Backoff:
@@ -83,7 +88,9 @@ class NoticeStream:
         if bool(agent_id) == bool(keys):
             raise ValueError("NoticeStream: give exactly one of agent_id and watcher_keys")
         self._stub = watch_pb2_grpc.WatchServiceStub(channel)
-        self._request = watch_pb2.StreamNoticesRequest(agent_id=agent_id, watcher_session_keys=keys)
+        self._request = watch_pb2.StreamNoticesRequest(
+            agent_id=agent_id, watcher_session_keys=keys, max_notices_per_message=NOTICES_PER_MESSAGE
+        )
         self._metadata = bearer_metadata(token)
         self._backoff = backoff
         self._idle_timeout = idle_timeout
@@ -199,6 +206,9 @@ class NoticeStream:
                     which = message.WhichOneof("message")
                     if which == "notice":
                         self._offer(message.notice)
+                    elif which == "notices":
+                        for notice in message.notices.notices:
+                            self._offer(notice)
                     elif which == "replay_complete":
                         self.replayed += message.replay_complete.pending
                         attempt = 0  # a healthy stream: the next failure starts the backoff afresh

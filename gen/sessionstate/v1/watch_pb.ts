@@ -12,7 +12,7 @@ import type { Message } from "@bufbuild/protobuf";
  * Describes the file sessionstate/v1/watch.proto.
  */
 export const file_sessionstate_v1_watch: GenFile = /*@__PURE__*/
-  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvd2F0Y2gucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSKvAgoLV2F0Y2hDdXJzb3ISGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJEhoKEmxhc3Rfc2Vlbl9zZXF1ZW5jZRgEIAEoAxIZChFub3RpZmllZF9zZXF1ZW5jZRgFIAEoAxIZChFtYXRlcmlhbF9zZXF1ZW5jZRgGIAEoAxI0Cgpwcm92ZW5hbmNlGAcgASgOMiAuc2Vzc2lvbnN0YXRlLnYxLldhdGNoUHJvdmVuYW5jZRIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5ub3RpY2VfcGVuZGluZxgJIAEoCCK9AQoGTm90aWNlEhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRIVCg1jaGFuZ2VzX3NpbmNlGAQgASgDEgwKBHRleHQYBSABKAkSEwoLY29udGV4dF9rZXkYBiABKAkSDAoEd2FrZRgHIAEoCBIZChFub3RpZmllZF9zZXF1ZW5jZRgIIAEoAyKWAQoMV2F0Y2hSZXF1ZXN0EhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRI0Cgpwcm92ZW5hbmNlGAQgASgOMiAuc2Vzc2lvbnN0YXRlLnYxLldhdGNoUHJvdmVuYW5jZSJvCg1XYXRjaFJlc3BvbnNlEg8KB3dhdGNoZWQYASABKAgSDgoGcmVhc29uGAIgASgJEiwKBmN1cnNvchgDIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5XYXRjaEN1cnNvchIPCgdjcmVhdGVkGAQgASgIImIKDlVud2F0Y2hSZXF1ZXN0EhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCSIiCg9VbndhdGNoUmVzcG9uc2USDwoHcmVtb3ZlZBgBIAEoCCKiAQoXTGlzdFdhdGNoQ3Vyc29yc1JlcXVlc3QSHQoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCUgAEhwKEnRhcmdldF9zZXNzaW9uX2tleRgCIAEoCUgAEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRIRCglwYWdlX3NpemUYBCABKA0SEgoKcGFnZV90b2tlbhgFIAEoCUIKCghzZWxlY3RvciJiChhMaXN0V2F0Y2hDdXJzb3JzUmVzcG9uc2USLQoHY3Vyc29ycxgBIAMoCzIcLnNlc3Npb25zdGF0ZS52MS5XYXRjaEN1cnNvchIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiRgoUU3RyZWFtTm90aWNlc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYAiADKAkiIQoOUmVwbGF5Q29tcGxldGUSDwoHcGVuZGluZxgBIAEoDSIzCglIZWFydGJlYXQSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIroBChVTdHJlYW1Ob3RpY2VzUmVzcG9uc2USKQoGbm90aWNlGAEgASgLMhcuc2Vzc2lvbnN0YXRlLnYxLk5vdGljZUgAEjoKD3JlcGxheV9jb21wbGV0ZRgCIAEoCzIfLnNlc3Npb25zdGF0ZS52MS5SZXBsYXlDb21wbGV0ZUgAEi8KCWhlYXJ0YmVhdBgDIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5IZWFydGJlYXRIAEIJCgdtZXNzYWdlInAKCU5vdGljZUFjaxIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYASABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAIgASgJEhMKC2NvbnRleHRfa2V5GAMgASgJEhkKEW5vdGlmaWVkX3NlcXVlbmNlGAQgASgDIloKEUFja05vdGljZXNSZXF1ZXN0EhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSKAoEYWNrcxgCIAMoCzIaLnNlc3Npb25zdGF0ZS52MS5Ob3RpY2VBY2sifQoJQWNrUmVzdWx0EhoKEnRhcmdldF9zZXNzaW9uX2tleRgBIAEoCRINCgVhY2tlZBgCIAEoCBIaChJsYXN0X3NlZW5fc2VxdWVuY2UYAyABKAMSKQoIcmVvcGVuZWQYBCABKAsyFy5zZXNzaW9uc3RhdGUudjEuTm90aWNlIkEKEkFja05vdGljZXNSZXNwb25zZRIrCgdyZXN1bHRzGAEgAygLMhouc2Vzc2lvbnN0YXRlLnYxLkFja1Jlc3VsdCqbAQoPV2F0Y2hQcm92ZW5hbmNlEiAKHFdBVENIX1BST1ZFTkFOQ0VfVU5TUEVDSUZJRUQQABIjCh9XQVRDSF9QUk9WRU5BTkNFX0lNUExJQ0lUX1NQQVdOEAESHQoZV0FUQ0hfUFJPVkVOQU5DRV9FWFBMSUNJVBACEiIKHldBVENIX1BST1ZFTkFOQ0VfQU1CSUVOVF9HUk9VUBADMssDCgxXYXRjaFNlcnZpY2USRgoFV2F0Y2gSHS5zZXNzaW9uc3RhdGUudjEuV2F0Y2hSZXF1ZXN0Gh4uc2Vzc2lvbnN0YXRlLnYxLldhdGNoUmVzcG9uc2USTAoHVW53YXRjaBIfLnNlc3Npb25zdGF0ZS52MS5VbndhdGNoUmVxdWVzdBogLnNlc3Npb25zdGF0ZS52MS5VbndhdGNoUmVzcG9uc2USbAoQTGlzdFdhdGNoQ3Vyc29ycxIoLnNlc3Npb25zdGF0ZS52MS5MaXN0V2F0Y2hDdXJzb3JzUmVxdWVzdBopLnNlc3Npb25zdGF0ZS52MS5MaXN0V2F0Y2hDdXJzb3JzUmVzcG9uc2UiA5ACARJgCg1TdHJlYW1Ob3RpY2VzEiUuc2Vzc2lvbnN0YXRlLnYxLlN0cmVhbU5vdGljZXNSZXF1ZXN0GiYuc2Vzc2lvbnN0YXRlLnYxLlN0cmVhbU5vdGljZXNSZXNwb25zZTABElUKCkFja05vdGljZXMSIi5zZXNzaW9uc3RhdGUudjEuQWNrTm90aWNlc1JlcXVlc3QaIy5zZXNzaW9uc3RhdGUudjEuQWNrTm90aWNlc1Jlc3BvbnNlQn9CCldhdGNoUHJvdG9QAVoyc2Vzc2lvbnN0YXRlL2dlbi9nby9zZXNzaW9uc3RhdGUvdjE7c2Vzc2lvbnN0YXRldjGiAgNTU1iqAg9TZXNzaW9uU3RhdGUuVjHKAg9TZXNzaW9uU3RhdGVcVjHqAhBTZXNzaW9uU3RhdGU6OlYxYgZwcm90bzM", [file_google_protobuf_timestamp]);
+  fileDesc("ChtzZXNzaW9uc3RhdGUvdjEvd2F0Y2gucHJvdG8SD3Nlc3Npb25zdGF0ZS52MSKvAgoLV2F0Y2hDdXJzb3ISGwoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCRIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYAiABKAkSFwoPdGFyZ2V0X2FnZW50X2lkGAMgASgJEhoKEmxhc3Rfc2Vlbl9zZXF1ZW5jZRgEIAEoAxIZChFub3RpZmllZF9zZXF1ZW5jZRgFIAEoAxIZChFtYXRlcmlhbF9zZXF1ZW5jZRgGIAEoAxI0Cgpwcm92ZW5hbmNlGAcgASgOMiAuc2Vzc2lvbnN0YXRlLnYxLldhdGNoUHJvdmVuYW5jZRIuCgp1cGRhdGVkX2F0GAggASgLMhouZ29vZ2xlLnByb3RvYnVmLlRpbWVzdGFtcBIWCg5ub3RpY2VfcGVuZGluZxgJIAEoCCK9AQoGTm90aWNlEhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRIVCg1jaGFuZ2VzX3NpbmNlGAQgASgDEgwKBHRleHQYBSABKAkSEwoLY29udGV4dF9rZXkYBiABKAkSDAoEd2FrZRgHIAEoCBIZChFub3RpZmllZF9zZXF1ZW5jZRgIIAEoAyKWAQoMV2F0Y2hSZXF1ZXN0EhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRI0Cgpwcm92ZW5hbmNlGAQgASgOMiAuc2Vzc2lvbnN0YXRlLnYxLldhdGNoUHJvdmVuYW5jZSJvCg1XYXRjaFJlc3BvbnNlEg8KB3dhdGNoZWQYASABKAgSDgoGcmVhc29uGAIgASgJEiwKBmN1cnNvchgDIAEoCzIcLnNlc3Npb25zdGF0ZS52MS5XYXRjaEN1cnNvchIPCgdjcmVhdGVkGAQgASgIImIKDlVud2F0Y2hSZXF1ZXN0EhsKE3dhdGNoZXJfc2Vzc2lvbl9rZXkYASABKAkSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAIgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCSIiCg9VbndhdGNoUmVzcG9uc2USDwoHcmVtb3ZlZBgBIAEoCCKiAQoXTGlzdFdhdGNoQ3Vyc29yc1JlcXVlc3QSHQoTd2F0Y2hlcl9zZXNzaW9uX2tleRgBIAEoCUgAEhwKEnRhcmdldF9zZXNzaW9uX2tleRgCIAEoCUgAEhcKD3RhcmdldF9hZ2VudF9pZBgDIAEoCRIRCglwYWdlX3NpemUYBCABKA0SEgoKcGFnZV90b2tlbhgFIAEoCUIKCghzZWxlY3RvciJiChhMaXN0V2F0Y2hDdXJzb3JzUmVzcG9uc2USLQoHY3Vyc29ycxgBIAMoCzIcLnNlc3Npb25zdGF0ZS52MS5XYXRjaEN1cnNvchIXCg9uZXh0X3BhZ2VfdG9rZW4YAiABKAkiZwoUU3RyZWFtTm90aWNlc1JlcXVlc3QSEAoIYWdlbnRfaWQYASABKAkSHAoUd2F0Y2hlcl9zZXNzaW9uX2tleXMYAiADKAkSHwoXbWF4X25vdGljZXNfcGVyX21lc3NhZ2UYAyABKA0iNwoLTm90aWNlQmF0Y2gSKAoHbm90aWNlcxgBIAMoCzIXLnNlc3Npb25zdGF0ZS52MS5Ob3RpY2UiIQoOUmVwbGF5Q29tcGxldGUSDwoHcGVuZGluZxgBIAEoDSIzCglIZWFydGJlYXQSJgoCYXQYASABKAsyGi5nb29nbGUucHJvdG9idWYuVGltZXN0YW1wIusBChVTdHJlYW1Ob3RpY2VzUmVzcG9uc2USKQoGbm90aWNlGAEgASgLMhcuc2Vzc2lvbnN0YXRlLnYxLk5vdGljZUgAEjoKD3JlcGxheV9jb21wbGV0ZRgCIAEoCzIfLnNlc3Npb25zdGF0ZS52MS5SZXBsYXlDb21wbGV0ZUgAEi8KCWhlYXJ0YmVhdBgDIAEoCzIaLnNlc3Npb25zdGF0ZS52MS5IZWFydGJlYXRIABIvCgdub3RpY2VzGAQgASgLMhwuc2Vzc2lvbnN0YXRlLnYxLk5vdGljZUJhdGNoSABCCQoHbWVzc2FnZSJwCglOb3RpY2VBY2sSGgoSdGFyZ2V0X3Nlc3Npb25fa2V5GAEgASgJEhcKD3RhcmdldF9hZ2VudF9pZBgCIAEoCRITCgtjb250ZXh0X2tleRgDIAEoCRIZChFub3RpZmllZF9zZXF1ZW5jZRgEIAEoAyJaChFBY2tOb3RpY2VzUmVxdWVzdBIbChN3YXRjaGVyX3Nlc3Npb25fa2V5GAEgASgJEigKBGFja3MYAiADKAsyGi5zZXNzaW9uc3RhdGUudjEuTm90aWNlQWNrIn0KCUFja1Jlc3VsdBIaChJ0YXJnZXRfc2Vzc2lvbl9rZXkYASABKAkSDQoFYWNrZWQYAiABKAgSGgoSbGFzdF9zZWVuX3NlcXVlbmNlGAMgASgDEikKCHJlb3BlbmVkGAQgASgLMhcuc2Vzc2lvbnN0YXRlLnYxLk5vdGljZSJBChJBY2tOb3RpY2VzUmVzcG9uc2USKwoHcmVzdWx0cxgBIAMoCzIaLnNlc3Npb25zdGF0ZS52MS5BY2tSZXN1bHQqmwEKD1dhdGNoUHJvdmVuYW5jZRIgChxXQVRDSF9QUk9WRU5BTkNFX1VOU1BFQ0lGSUVEEAASIwofV0FUQ0hfUFJPVkVOQU5DRV9JTVBMSUNJVF9TUEFXThABEh0KGVdBVENIX1BST1ZFTkFOQ0VfRVhQTElDSVQQAhIiCh5XQVRDSF9QUk9WRU5BTkNFX0FNQklFTlRfR1JPVVAQAzLLAwoMV2F0Y2hTZXJ2aWNlEkYKBVdhdGNoEh0uc2Vzc2lvbnN0YXRlLnYxLldhdGNoUmVxdWVzdBoeLnNlc3Npb25zdGF0ZS52MS5XYXRjaFJlc3BvbnNlEkwKB1Vud2F0Y2gSHy5zZXNzaW9uc3RhdGUudjEuVW53YXRjaFJlcXVlc3QaIC5zZXNzaW9uc3RhdGUudjEuVW53YXRjaFJlc3BvbnNlEmwKEExpc3RXYXRjaEN1cnNvcnMSKC5zZXNzaW9uc3RhdGUudjEuTGlzdFdhdGNoQ3Vyc29yc1JlcXVlc3QaKS5zZXNzaW9uc3RhdGUudjEuTGlzdFdhdGNoQ3Vyc29yc1Jlc3BvbnNlIgOQAgESYAoNU3RyZWFtTm90aWNlcxIlLnNlc3Npb25zdGF0ZS52MS5TdHJlYW1Ob3RpY2VzUmVxdWVzdBomLnNlc3Npb25zdGF0ZS52MS5TdHJlYW1Ob3RpY2VzUmVzcG9uc2UwARJVCgpBY2tOb3RpY2VzEiIuc2Vzc2lvbnN0YXRlLnYxLkFja05vdGljZXNSZXF1ZXN0GiMuc2Vzc2lvbnN0YXRlLnYxLkFja05vdGljZXNSZXNwb25zZUJ/QgpXYXRjaFByb3RvUAFaMnNlc3Npb25zdGF0ZS9nZW4vZ28vc2Vzc2lvbnN0YXRlL3YxO3Nlc3Npb25zdGF0ZXYxogIDU1NYqgIPU2Vzc2lvblN0YXRlLlYxygIPU2Vzc2lvblN0YXRlXFYx6gIQU2Vzc2lvblN0YXRlOjpWMWIGcHJvdG8z", [file_google_protobuf_timestamp]);
 
 /**
  * A watcher's cursor on a target.
@@ -395,6 +395,21 @@ export type StreamNoticesRequest = Message<"sessionstate.v1.StreamNoticesRequest
    * @generated from field: repeated string watcher_session_keys = 2;
    */
   watcherSessionKeys: string[];
+
+  /**
+   * Opt-in batching: most notices in one stream message, 0–1024. 0 (absent) = one notice per
+   * message in the `notice` case, as servers before this field always sent (a client that
+   * cannot read the `notices` case leaves it unset). 1–1024 = every notice arrives in the
+   * `notices` case instead: the notices ready to send at the same moment (a fan-out, the
+   * replay on open) go together, at most this many and about 64 KiB per message, in the
+   * order they would have been sent one by one; a lone notice arrives as a batch of one.
+   * Nothing else changes: each notice is sent once per stream, ReplayComplete still follows
+   * the last replayed notice, heartbeats and acks are as without batching. More than 1024
+   * is INVALID_ARGUMENT.
+   *
+   * @generated from field: uint32 max_notices_per_message = 3;
+   */
+  maxNoticesPerMessage: number;
 };
 
 /**
@@ -403,6 +418,27 @@ export type StreamNoticesRequest = Message<"sessionstate.v1.StreamNoticesRequest
  */
 export const StreamNoticesRequestSchema: GenMessage<StreamNoticesRequest> = /*@__PURE__*/
   messageDesc(file_sessionstate_v1_watch, 8);
+
+/**
+ * Notices that were ready to send together (StreamNoticesRequest.max_notices_per_message).
+ *
+ * @generated from message sessionstate.v1.NoticeBatch
+ */
+export type NoticeBatch = Message<"sessionstate.v1.NoticeBatch"> & {
+  /**
+   * 1 to max_notices_per_message notices, oldest first; each as in the `notice` case.
+   *
+   * @generated from field: repeated sessionstate.v1.Notice notices = 1;
+   */
+  notices: Notice[];
+};
+
+/**
+ * Describes the message sessionstate.v1.NoticeBatch.
+ * Use `create(NoticeBatchSchema)` to create a new message.
+ */
+export const NoticeBatchSchema: GenMessage<NoticeBatch> = /*@__PURE__*/
+  messageDesc(file_sessionstate_v1_watch, 9);
 
 /**
  * Marks the end of the pending notices sent on open.
@@ -423,7 +459,7 @@ export type ReplayComplete = Message<"sessionstate.v1.ReplayComplete"> & {
  * Use `create(ReplayCompleteSchema)` to create a new message.
  */
 export const ReplayCompleteSchema: GenMessage<ReplayComplete> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 9);
+  messageDesc(file_sessionstate_v1_watch, 10);
 
 /**
  * Sent every heartbeat interval on an idle stream, so both ends can tell it is alive.
@@ -442,7 +478,7 @@ export type Heartbeat = Message<"sessionstate.v1.Heartbeat"> & {
  * Use `create(HeartbeatSchema)` to create a new message.
  */
 export const HeartbeatSchema: GenMessage<Heartbeat> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 10);
+  messageDesc(file_sessionstate_v1_watch, 11);
 
 /**
  * @generated from message sessionstate.v1.StreamNoticesResponse
@@ -469,6 +505,14 @@ export type StreamNoticesResponse = Message<"sessionstate.v1.StreamNoticesRespon
      */
     value: Heartbeat;
     case: "heartbeat";
+  } | {
+    /**
+     * Only when the request set max_notices_per_message: one or more notices, replacing `notice`.
+     *
+     * @generated from field: sessionstate.v1.NoticeBatch notices = 4;
+     */
+    value: NoticeBatch;
+    case: "notices";
   } | { case: undefined; value?: undefined };
 };
 
@@ -477,7 +521,7 @@ export type StreamNoticesResponse = Message<"sessionstate.v1.StreamNoticesRespon
  * Use `create(StreamNoticesResponseSchema)` to create a new message.
  */
 export const StreamNoticesResponseSchema: GenMessage<StreamNoticesResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 11);
+  messageDesc(file_sessionstate_v1_watch, 12);
 
 /**
  * Which notice was drained.
@@ -522,7 +566,7 @@ export type NoticeAck = Message<"sessionstate.v1.NoticeAck"> & {
  * Use `create(NoticeAckSchema)` to create a new message.
  */
 export const NoticeAckSchema: GenMessage<NoticeAck> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 12);
+  messageDesc(file_sessionstate_v1_watch, 13);
 
 /**
  * @generated from message sessionstate.v1.AckNoticesRequest
@@ -549,7 +593,7 @@ export type AckNoticesRequest = Message<"sessionstate.v1.AckNoticesRequest"> & {
  * Use `create(AckNoticesRequestSchema)` to create a new message.
  */
 export const AckNoticesRequestSchema: GenMessage<AckNoticesRequest> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 13);
+  messageDesc(file_sessionstate_v1_watch, 14);
 
 /**
  * The outcome for one NoticeAck, at the same index.
@@ -589,7 +633,7 @@ export type AckResult = Message<"sessionstate.v1.AckResult"> & {
  * Use `create(AckResultSchema)` to create a new message.
  */
 export const AckResultSchema: GenMessage<AckResult> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 14);
+  messageDesc(file_sessionstate_v1_watch, 15);
 
 /**
  * @generated from message sessionstate.v1.AckNoticesResponse
@@ -606,7 +650,7 @@ export type AckNoticesResponse = Message<"sessionstate.v1.AckNoticesResponse"> &
  * Use `create(AckNoticesResponseSchema)` to create a new message.
  */
 export const AckNoticesResponseSchema: GenMessage<AckNoticesResponse> = /*@__PURE__*/
-  messageDesc(file_sessionstate_v1_watch, 15);
+  messageDesc(file_sessionstate_v1_watch, 16);
 
 /**
  * How a cursor came to be.

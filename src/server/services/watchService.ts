@@ -10,7 +10,8 @@ import { cursorMessage, int64, noticeMessage, provenances } from "../convert.js"
 import { resetCallKey } from "../callTransport.js";
 import { SubscriberQueue } from "../subscriberQueue.js";
 import { isBinaryCall } from "../eventWire.js";
-import { noticeField } from "../noticeWire.js";
+import { batchedNoticeSize, noticeBatchField, noticeField } from "../noticeWire.js";
+import { checkRange } from "../../core/validation.js";
 
 export interface StreamSettings {
   /** Heartbeat on an idle stream, in ms. */
@@ -23,6 +24,50 @@ export interface StreamSettings {
 
 /** One pending notice per watcher and target (SPEC §3.2); its text depends only on changesSince. */
 const pairOf = (n: Notice) => `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}`;
+
+/** StreamNoticesRequest.max_notices_per_message: the largest a subscriber may ask for. */
+export const MAX_NOTICES_PER_MESSAGE = 1024;
+/**
+ * Encoded notices in one batched message, at most (a lone notice larger than this still goes):
+ * keeps each message far below every client's default size limit, and a slow reader's
+ * messages small enough that flow control paces it.
+ */
+export const MAX_BATCH_BYTES = 64 * 1024;
+
+/** One notice in the `notice` case (binary: its bytes written directly, see noticeWire.ts). */
+function noticeResponse(n: Notice, binary: boolean): StreamNoticesResponse {
+  if (!binary) return create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
+  const response = create(StreamNoticesResponseSchema);
+  response.$unknown = noticeField(n);
+  return response;
+}
+
+/** Notices in the `notices` case, as one NoticeBatch. */
+function batchResponse(notices: readonly Notice[], binary: boolean): StreamNoticesResponse {
+  if (!binary) {
+    return create(StreamNoticesResponseSchema, { message: { case: "notices", value: { notices: notices.map(noticeMessage) } } });
+  }
+  const response = create(StreamNoticesResponseSchema);
+  response.$unknown = noticeBatchField(notices);
+  return response;
+}
+
+/** `notices` cut, in order, into groups of at most `count` notices and about MAX_BATCH_BYTES. */
+function* noticeGroups(notices: readonly Notice[], count: number): Generator<Notice[]> {
+  let group: Notice[] = [];
+  let bytes = 0;
+  for (const n of notices) {
+    const size = batchedNoticeSize(n);
+    if (group.length > 0 && (group.length === count || bytes + size > MAX_BATCH_BYTES)) {
+      yield group;
+      group = [];
+      bytes = 0;
+    }
+    group.push(n);
+    bytes += size;
+  }
+  if (group.length > 0) yield group;
+}
 
 export function watchService(core: SessionState, settings: StreamSettings): ServiceImpl<typeof WatchService> {
   return {
@@ -56,6 +101,8 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
 
     async *streamNotices(req, ctx): AsyncGenerator<StreamNoticesResponse> {
       const selector = core.checkWatcherSelector({ agentId: req.agentId, watcherKeys: req.watcherSessionKeys });
+      // 0 = one notice per message in the `notice` case (what every client can read).
+      const perMessage = checkRange("max_notices_per_message", req.maxNoticesPerMessage, 0, MAX_NOTICES_PER_MESSAGE);
       // A subscriber that stopped reading blocks this generator at a yield (flow control) and
       // would see no overflow until it reads again. So on overflow it leaves the bus at once
       // (publishing never waits on it, its buffer is freed); if it then reads nothing for a
@@ -78,25 +125,41 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       // the same notice twice, whether it arrives live, in the replay, or on a re-read after
       // another replica woke this one (SPEC §7).
       const sent = new Map<string, number>();
-      const fresh = (n: Notice) => sent.get(pairOf(n)) !== n.changesSince;
-      const binary = isBinaryCall(ctx.requestHeader, ctx.url);
-      const message = (n: Notice) => {
-        sent.set(pairOf(n), n.changesSince);
-        core.metrics.noticesDelivered(1);
-        if (!binary) return create(StreamNoticesResponseSchema, { message: { case: "notice", value: noticeMessage(n) } });
-        // Binary: the notice's bytes written directly (a fan-out puts thousands on a stream).
-        const response = create(StreamNoticesResponseSchema);
-        response.$unknown = noticeField(n);
-        return response;
+      /** The notices of `notices` this stream has not sent yet, marked as sent. */
+      const unsent = (notices: readonly Notice[]) => {
+        const out: Notice[] = [];
+        for (const n of notices) {
+          const pair = pairOf(n);
+          if (sent.get(pair) === n.changesSince) continue;
+          sent.set(pair, n.changesSince);
+          out.push(n);
+        }
+        return out;
       };
+      const binary = isBinaryCall(ctx.requestHeader, ctx.url);
+      /** The stream messages carrying `notices` (already marked as sent), in order. */
+      function* messages(notices: readonly Notice[]): Generator<StreamNoticesResponse> {
+        if (perMessage === 0) {
+          for (const n of notices) {
+            core.metrics.noticesDelivered(1);
+            yield noticeResponse(n, binary);
+          }
+          return;
+        }
+        for (const group of noticeGroups(notices, perMessage)) {
+          core.metrics.noticesDelivered(group.length);
+          yield batchResponse(group, binary);
+        }
+      }
       try {
         const pending = await core.pendingNotices(selector);
-        for (const notice of pending) yield message(notice);
+        yield* messages(unsent(pending));
         yield create(StreamNoticesResponseSchema, {
           message: { case: "replayComplete", value: { pending: pending.length } },
         });
         for (;;) {
-          const next = await queue.pull(ctx.signal, settings.heartbeatMs);
+          // Batching: every notice ready now (up to a message's worth) goes in one message.
+          const next = await queue.pull(ctx.signal, settings.heartbeatMs, Math.max(1, perMessage));
           if (next.kind === "closed") {
             // A server shutdown aborts with UNAVAILABLE, telling the client to reconnect.
             if (ctx.signal.reason instanceof ConnectError) throw ctx.signal.reason;
@@ -117,15 +180,13 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
               const now = await core.pendingNotices(selector);
               const still = new Set(now.map(pairOf));
               for (const pair of sent.keys()) if (!still.has(pair)) sent.delete(pair);
-              for (const notice of now) if (fresh(notice)) yield message(notice);
+              yield* messages(unsent(now));
             } else {
-              for (const slice of next.parts) {
-                for (const notice of await core.pendingNotices(selector, slice)) if (fresh(notice)) yield message(notice);
-              }
+              for (const slice of next.parts) yield* messages(unsent(await core.pendingNotices(selector, slice)));
             }
             continue;
           }
-          if (fresh(next.item)) yield message(next.item);
+          yield* messages(unsent(next.items));
         }
       } finally {
         clearTimeout(stalledReset);

@@ -14,7 +14,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsessionstate/v1/watch.proto\x12\x0fsessionstate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x02\n\x0bWatchCursor\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x1a\n\x12last_seen_sequence\x18\x04 \x01(\x03\x12\x19\n\x11notified_sequence\x18\x05 \x01(\x03\x12\x19\n\x11material_sequence\x18\x06 \x01(\x03\x12\x34\n\nprovenance\x18\x07 \x01(\x0e\x32 .sessionstate.v1.WatchProvenance\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0enotice_pending\x18\t \x01(\x08\"\xbd\x01\n\x06Notice\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x15\n\rchanges_since\x18\x04 \x01(\x03\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x13\n\x0b\x63ontext_key\x18\x06 \x01(\t\x12\x0c\n\x04wake\x18\x07 \x01(\x08\x12\x19\n\x11notified_sequence\x18\x08 \x01(\x03\"\x96\x01\n\x0cWatchRequest\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x34\n\nprovenance\x18\x04 \x01(\x0e\x32 .sessionstate.v1.WatchProvenance\"o\n\rWatchResponse\x12\x0f\n\x07watched\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12,\n\x06\x63ursor\x18\x03 \x01(\x0b\x32\x1c.sessionstate.v1.WatchCursor\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x08\"b\n\x0eUnwatchRequest\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\"\"\n\x0fUnwatchResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\"\xa2\x01\n\x17ListWatchCursorsRequest\x12\x1d\n\x13watcher_session_key\x18\x01 \x01(\tH\x00\x12\x1c\n\x12target_session_key\x18\x02 \x01(\tH\x00\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\tB\n\n\x08selector\"b\n\x18ListWatchCursorsResponse\x12-\n\x07\x63ursors\x18\x01 \x03(\x0b\x32\x1c.sessionstate.v1.WatchCursor\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"F\n\x14StreamNoticesRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1c\n\x14watcher_session_keys\x18\x02 \x03(\t\"!\n\x0eReplayComplete\x12\x0f\n\x07pending\x18\x01 \x01(\r\"3\n\tHeartbeat\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xba\x01\n\x15StreamNoticesResponse\x12)\n\x06notice\x18\x01 \x01(\x0b\x32\x17.sessionstate.v1.NoticeH\x00\x12:\n\x0freplay_complete\x18\x02 \x01(\x0b\x32\x1f.sessionstate.v1.ReplayCompleteH\x00\x12/\n\theartbeat\x18\x03 \x01(\x0b\x32\x1a.sessionstate.v1.HeartbeatH\x00\x42\t\n\x07message\"p\n\tNoticeAck\x12\x1a\n\x12target_session_key\x18\x01 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63ontext_key\x18\x03 \x01(\t\x12\x19\n\x11notified_sequence\x18\x04 \x01(\x03\"Z\n\x11\x41\x63kNoticesRequest\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12(\n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x1a.sessionstate.v1.NoticeAck\"}\n\tAckResult\x12\x1a\n\x12target_session_key\x18\x01 \x01(\t\x12\r\n\x05\x61\x63ked\x18\x02 \x01(\x08\x12\x1a\n\x12last_seen_sequence\x18\x03 \x01(\x03\x12)\n\x08reopened\x18\x04 \x01(\x0b\x32\x17.sessionstate.v1.Notice\"A\n\x12\x41\x63kNoticesResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.sessionstate.v1.AckResult*\x9b\x01\n\x0fWatchProvenance\x12 \n\x1cWATCH_PROVENANCE_UNSPECIFIED\x10\x00\x12#\n\x1fWATCH_PROVENANCE_IMPLICIT_SPAWN\x10\x01\x12\x1d\n\x19WATCH_PROVENANCE_EXPLICIT\x10\x02\x12\"\n\x1eWATCH_PROVENANCE_AMBIENT_GROUP\x10\x03\x32\xcb\x03\n\x0cWatchService\x12\x46\n\x05Watch\x12\x1d.sessionstate.v1.WatchRequest\x1a\x1e.sessionstate.v1.WatchResponse\x12L\n\x07Unwatch\x12\x1f.sessionstate.v1.UnwatchRequest\x1a .sessionstate.v1.UnwatchResponse\x12l\n\x10ListWatchCursors\x12(.sessionstate.v1.ListWatchCursorsRequest\x1a).sessionstate.v1.ListWatchCursorsResponse\"\x03\x90\x02\x01\x12`\n\rStreamNotices\x12%.sessionstate.v1.StreamNoticesRequest\x1a&.sessionstate.v1.StreamNoticesResponse0\x01\x12U\n\nAckNotices\x12\".sessionstate.v1.AckNoticesRequest\x1a#.sessionstate.v1.AckNoticesResponseB\x7f\x42\nWatchProtoP\x01Z2sessionstate/gen/go/sessionstate/v1;sessionstatev1\xa2\x02\x03SSX\xaa\x02\x0fSessionState.V1\xca\x02\x0fSessionState\\V1\xea\x02\x10SessionState::V1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1bsessionstate/v1/watch.proto\x12\x0fsessionstate.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\xaf\x02\n\x0bWatchCursor\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x1a\n\x12last_seen_sequence\x18\x04 \x01(\x03\x12\x19\n\x11notified_sequence\x18\x05 \x01(\x03\x12\x19\n\x11material_sequence\x18\x06 \x01(\x03\x12\x34\n\nprovenance\x18\x07 \x01(\x0e\x32 .sessionstate.v1.WatchProvenance\x12.\n\nupdated_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0enotice_pending\x18\t \x01(\x08\"\xbd\x01\n\x06Notice\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x15\n\rchanges_since\x18\x04 \x01(\x03\x12\x0c\n\x04text\x18\x05 \x01(\t\x12\x13\n\x0b\x63ontext_key\x18\x06 \x01(\t\x12\x0c\n\x04wake\x18\x07 \x01(\x08\x12\x19\n\x11notified_sequence\x18\x08 \x01(\x03\"\x96\x01\n\x0cWatchRequest\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x34\n\nprovenance\x18\x04 \x01(\x0e\x32 .sessionstate.v1.WatchProvenance\"o\n\rWatchResponse\x12\x0f\n\x07watched\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12,\n\x06\x63ursor\x18\x03 \x01(\x0b\x32\x1c.sessionstate.v1.WatchCursor\x12\x0f\n\x07\x63reated\x18\x04 \x01(\x08\"b\n\x0eUnwatchRequest\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12\x1a\n\x12target_session_key\x18\x02 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\"\"\n\x0fUnwatchResponse\x12\x0f\n\x07removed\x18\x01 \x01(\x08\"\xa2\x01\n\x17ListWatchCursorsRequest\x12\x1d\n\x13watcher_session_key\x18\x01 \x01(\tH\x00\x12\x1c\n\x12target_session_key\x18\x02 \x01(\tH\x00\x12\x17\n\x0ftarget_agent_id\x18\x03 \x01(\t\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\tB\n\n\x08selector\"b\n\x18ListWatchCursorsResponse\x12-\n\x07\x63ursors\x18\x01 \x03(\x0b\x32\x1c.sessionstate.v1.WatchCursor\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"g\n\x14StreamNoticesRequest\x12\x10\n\x08\x61gent_id\x18\x01 \x01(\t\x12\x1c\n\x14watcher_session_keys\x18\x02 \x03(\t\x12\x1f\n\x17max_notices_per_message\x18\x03 \x01(\r\"7\n\x0bNoticeBatch\x12(\n\x07notices\x18\x01 \x03(\x0b\x32\x17.sessionstate.v1.Notice\"!\n\x0eReplayComplete\x12\x0f\n\x07pending\x18\x01 \x01(\r\"3\n\tHeartbeat\x12&\n\x02\x61t\x18\x01 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xeb\x01\n\x15StreamNoticesResponse\x12)\n\x06notice\x18\x01 \x01(\x0b\x32\x17.sessionstate.v1.NoticeH\x00\x12:\n\x0freplay_complete\x18\x02 \x01(\x0b\x32\x1f.sessionstate.v1.ReplayCompleteH\x00\x12/\n\theartbeat\x18\x03 \x01(\x0b\x32\x1a.sessionstate.v1.HeartbeatH\x00\x12/\n\x07notices\x18\x04 \x01(\x0b\x32\x1c.sessionstate.v1.NoticeBatchH\x00\x42\t\n\x07message\"p\n\tNoticeAck\x12\x1a\n\x12target_session_key\x18\x01 \x01(\t\x12\x17\n\x0ftarget_agent_id\x18\x02 \x01(\t\x12\x13\n\x0b\x63ontext_key\x18\x03 \x01(\t\x12\x19\n\x11notified_sequence\x18\x04 \x01(\x03\"Z\n\x11\x41\x63kNoticesRequest\x12\x1b\n\x13watcher_session_key\x18\x01 \x01(\t\x12(\n\x04\x61\x63ks\x18\x02 \x03(\x0b\x32\x1a.sessionstate.v1.NoticeAck\"}\n\tAckResult\x12\x1a\n\x12target_session_key\x18\x01 \x01(\t\x12\r\n\x05\x61\x63ked\x18\x02 \x01(\x08\x12\x1a\n\x12last_seen_sequence\x18\x03 \x01(\x03\x12)\n\x08reopened\x18\x04 \x01(\x0b\x32\x17.sessionstate.v1.Notice\"A\n\x12\x41\x63kNoticesResponse\x12+\n\x07results\x18\x01 \x03(\x0b\x32\x1a.sessionstate.v1.AckResult*\x9b\x01\n\x0fWatchProvenance\x12 \n\x1cWATCH_PROVENANCE_UNSPECIFIED\x10\x00\x12#\n\x1fWATCH_PROVENANCE_IMPLICIT_SPAWN\x10\x01\x12\x1d\n\x19WATCH_PROVENANCE_EXPLICIT\x10\x02\x12\"\n\x1eWATCH_PROVENANCE_AMBIENT_GROUP\x10\x03\x32\xcb\x03\n\x0cWatchService\x12\x46\n\x05Watch\x12\x1d.sessionstate.v1.WatchRequest\x1a\x1e.sessionstate.v1.WatchResponse\x12L\n\x07Unwatch\x12\x1f.sessionstate.v1.UnwatchRequest\x1a .sessionstate.v1.UnwatchResponse\x12l\n\x10ListWatchCursors\x12(.sessionstate.v1.ListWatchCursorsRequest\x1a).sessionstate.v1.ListWatchCursorsResponse\"\x03\x90\x02\x01\x12`\n\rStreamNotices\x12%.sessionstate.v1.StreamNoticesRequest\x1a&.sessionstate.v1.StreamNoticesResponse0\x01\x12U\n\nAckNotices\x12\".sessionstate.v1.AckNoticesRequest\x1a#.sessionstate.v1.AckNoticesResponseB\x7f\x42\nWatchProtoP\x01Z2sessionstate/gen/go/sessionstate/v1;sessionstatev1\xa2\x02\x03SSX\xaa\x02\x0fSessionState.V1\xca\x02\x0fSessionState\\V1\xea\x02\x10SessionState::V1b\x06proto3')
 
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, globals())
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'sessionstate.v1.watch_pb2', globals())
@@ -24,8 +24,8 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   DESCRIPTOR._serialized_options = b'B\nWatchProtoP\001Z2sessionstate/gen/go/sessionstate/v1;sessionstatev1\242\002\003SSX\252\002\017SessionState.V1\312\002\017SessionState\\V1\352\002\020SessionState::V1'
   _WATCHSERVICE.methods_by_name['ListWatchCursors']._options = None
   _WATCHSERVICE.methods_by_name['ListWatchCursors']._serialized_options = b'\220\002\001'
-  _WATCHPROVENANCE._serialized_start=1996
-  _WATCHPROVENANCE._serialized_end=2151
+  _WATCHPROVENANCE._serialized_start=2135
+  _WATCHPROVENANCE._serialized_end=2290
   _WATCHCURSOR._serialized_start=82
   _WATCHCURSOR._serialized_end=385
   _NOTICE._serialized_start=388
@@ -43,21 +43,23 @@ if _descriptor._USE_C_DESCRIPTORS == False:
   _LISTWATCHCURSORSRESPONSE._serialized_start=1146
   _LISTWATCHCURSORSRESPONSE._serialized_end=1244
   _STREAMNOTICESREQUEST._serialized_start=1246
-  _STREAMNOTICESREQUEST._serialized_end=1316
-  _REPLAYCOMPLETE._serialized_start=1318
-  _REPLAYCOMPLETE._serialized_end=1351
-  _HEARTBEAT._serialized_start=1353
-  _HEARTBEAT._serialized_end=1404
-  _STREAMNOTICESRESPONSE._serialized_start=1407
-  _STREAMNOTICESRESPONSE._serialized_end=1593
-  _NOTICEACK._serialized_start=1595
-  _NOTICEACK._serialized_end=1707
-  _ACKNOTICESREQUEST._serialized_start=1709
-  _ACKNOTICESREQUEST._serialized_end=1799
-  _ACKRESULT._serialized_start=1801
-  _ACKRESULT._serialized_end=1926
-  _ACKNOTICESRESPONSE._serialized_start=1928
-  _ACKNOTICESRESPONSE._serialized_end=1993
-  _WATCHSERVICE._serialized_start=2154
-  _WATCHSERVICE._serialized_end=2613
+  _STREAMNOTICESREQUEST._serialized_end=1349
+  _NOTICEBATCH._serialized_start=1351
+  _NOTICEBATCH._serialized_end=1406
+  _REPLAYCOMPLETE._serialized_start=1408
+  _REPLAYCOMPLETE._serialized_end=1441
+  _HEARTBEAT._serialized_start=1443
+  _HEARTBEAT._serialized_end=1494
+  _STREAMNOTICESRESPONSE._serialized_start=1497
+  _STREAMNOTICESRESPONSE._serialized_end=1732
+  _NOTICEACK._serialized_start=1734
+  _NOTICEACK._serialized_end=1846
+  _ACKNOTICESREQUEST._serialized_start=1848
+  _ACKNOTICESREQUEST._serialized_end=1938
+  _ACKRESULT._serialized_start=1940
+  _ACKRESULT._serialized_end=2065
+  _ACKNOTICESRESPONSE._serialized_start=2067
+  _ACKNOTICESRESPONSE._serialized_end=2132
+  _WATCHSERVICE._serialized_start=2293
+  _WATCHSERVICE._serialized_end=2752
 # @@protoc_insertion_point(module_scope)
