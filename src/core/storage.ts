@@ -122,7 +122,7 @@ export interface Tx {
 
 // ---- Signal log (SPEC §2, §3.3, §3.4) ---------------------------------------------------------
 
-/** An event's place, for retention. */
+/** What a delta read takes from the log (SPEC §3.3). */
 export interface ChangesWindow {
   head: SessionHead | undefined;
   /** The lowest sequence still in the session's log; 0 when it holds none. */
@@ -131,6 +131,7 @@ export interface ChangesWindow {
   sequences: number[];
 }
 
+/** An event's place, for retention. */
 export interface EventPlace {
   sequence: number;
   session: SessionId;
