@@ -51,7 +51,8 @@ describe("events encoded once", () => {
         fc.nat({ max: Number.MAX_SAFE_INTEGER }),
         fc.boolean(),
         fc.nat({ max: Number.MAX_SAFE_INTEGER }),
-        (events, truncated, earliest, historyGap, stateVersion) => {
+        fc.func(fc.integer()),
+        (events, truncated, earliest, historyGap, stateVersion, order) => {
           const changes = { events, truncated, earliestAvailableSequence: earliest, historyGap };
           const typed = toBinary(
             GetStatusResponseSchema,
@@ -61,6 +62,9 @@ describe("events encoded once", () => {
             }),
           );
           const cache = new EventWireCache(8); // smaller than some batches: evictions on the way
+          // Some events read before, in another order: their cached entries are not side by side.
+          const earlier = events.filter((e) => order(e.sequence) % 3 === 0).sort((a, b) => order(a.sequence) - order(b.sequence));
+          for (const e of earlier) cache.entry(e);
           const fast = create(GetStatusResponseSchema, { stateVersion: BigInt(stateVersion) });
           fast.$unknown = [cache.stateChangesField(changes)];
           const fastBytes = toBinary(GetStatusResponseSchema, fast);
@@ -77,6 +81,32 @@ describe("events encoded once", () => {
       ),
       { numRuns: 300 },
     );
+  });
+
+  it("decode the same when a delta spans several slabs and holds an entry too large for one", () => {
+    const events: SignalEvent[] = Array.from({ length: 1500 }, (_, i) => ({
+      sequence: i + 1,
+      agentId: "main",
+      sessionKey: "agent:main:x",
+      kind: "goal_changed",
+      actorType: "agent",
+      actorId: `agent:main:worker-${i}`,
+      runId: `run-${i}`,
+      occurredAt: 1_700_000_000_000 + i,
+      // One entry larger than a quarter slab (it gets a buffer of its own); the rest fill slabs.
+      summary: i === 700 ? "x".repeat(20_000) : `step ${i} `.repeat(10),
+      payload: {},
+    }));
+    const cache = new EventWireCache(5_000);
+    const changes = { events, truncated: true, earliestAvailableSequence: 1, historyGap: false };
+    const typed = create(GetStatusResponseSchema, {
+      stateChanges: { events: events.map(eventMessage), truncated: true, earliestAvailableSequence: 1n },
+    });
+    for (let round = 0; round < 2; round++) {
+      const fast = create(GetStatusResponseSchema);
+      fast.$unknown = [cache.stateChangesField(changes)];
+      expect(equals(GetStatusResponseSchema, fromBinary(GetStatusResponseSchema, toBinary(GetStatusResponseSchema, fast)), typed)).toBe(true);
+    }
   });
 
   it("takes the fast path only for binary encodings", () => {

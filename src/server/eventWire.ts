@@ -29,9 +29,19 @@ const STATE_CHANGES_FIELD = GetStatusResponseSchema.field.stateChanges.number;
  */
 export const DEFAULT_EVENT_WIRE_CAPACITY = DEFAULT_EVENT_CACHE_CAPACITY;
 
+/**
+ * Entries are written one after another into slabs of this size, so a delta's entries,
+ * encoded together when first read, lie side by side and are copied out in a few runs
+ * instead of one copy each. A slab is freed once every entry in it is evicted (the oldest
+ * go first, so slabs go in order); an entry larger than a quarter slab gets a buffer of its own.
+ */
+const SLAB_BYTES = 64 * 1024;
+
 export class EventWireCache {
   /** Sequence → the event as one whole `events` entry (tag, length, message bytes); the oldest go first. */
   private readonly bySequence: BoundedMap<number, Uint8Array>;
+  private slab = new Uint8Array(SLAB_BYTES);
+  private slabUsed = 0;
 
   constructor(capacity = DEFAULT_EVENT_WIRE_CAPACITY) {
     this.bySequence = new BoundedMap(capacity);
@@ -41,20 +51,35 @@ export class EventWireCache {
   entry(event: SignalEvent): Uint8Array {
     let bytes = this.bySequence.get(event.sequence);
     if (bytes === undefined) {
-      bytes = new BinaryWriter()
-        .tag(EVENTS_FIELD, WireType.LengthDelimited)
-        .bytes(toBinary(SessionStateEventSchema, eventMessage(event)))
-        .finish();
+      bytes = this.keep(
+        new BinaryWriter()
+          .tag(EVENTS_FIELD, WireType.LengthDelimited)
+          .bytes(toBinary(SessionStateEventSchema, eventMessage(event)))
+          .finish(),
+      );
       this.bySequence.add(event.sequence, bytes);
     }
     return bytes;
   }
 
+  /** The entry's bytes placed after the previous entry's in the current slab (a new slab when full). */
+  private keep(encoded: Uint8Array): Uint8Array {
+    if (encoded.length > SLAB_BYTES / 4) return encoded;
+    if (this.slabUsed + encoded.length > SLAB_BYTES) {
+      this.slab = new Uint8Array(SLAB_BYTES);
+      this.slabUsed = 0;
+    }
+    this.slab.set(encoded, this.slabUsed);
+    const kept = this.slab.subarray(this.slabUsed, this.slabUsed + encoded.length);
+    this.slabUsed += encoded.length;
+    return kept;
+  }
+
   /**
    * The delta as the unknown field `state_changes` of a GetStatusResponse: the delta's own
-   * fields encoded as usual, then every event's entry, in one buffer written once. The
-   * response's encoder then copies this, its largest part, once; as a nested message it was
-   * joined and copied twice more.
+   * fields encoded as usual, then every event's entry, in one buffer written once (entries
+   * that lie side by side in a slab in one copy). The response's encoder then copies this,
+   * its largest part, once; as a nested message it was joined and copied twice more.
    */
   stateChangesField(changes: ChangesPage): UnknownField {
     const head = toBinary(
@@ -79,9 +104,16 @@ export class EventWireCache {
     data.set(prefix, 0);
     data.set(head, prefix.length);
     let offset = prefix.length + head.length;
-    for (const entry of entries) {
-      data.set(entry, offset);
-      offset += entry.length;
+    for (let i = 0; i < entries.length; ) {
+      // A run: entries that follow each other in the same buffer.
+      const first = entries[i];
+      let end = first.byteOffset + first.length;
+      let j = i + 1;
+      while (j < entries.length && entries[j].buffer === first.buffer && entries[j].byteOffset === end) end += entries[j++].length;
+      const run = j === i + 1 ? first : new Uint8Array(first.buffer, first.byteOffset, end - first.byteOffset);
+      data.set(run, offset);
+      offset += run.length;
+      i = j;
     }
     return { no: STATE_CHANGES_FIELD, wireType: WireType.LengthDelimited, data };
   }
