@@ -9,7 +9,7 @@
  * The cache is per process and bounded; an event read for the first time (an old row, or
  * one another replica appended) is encoded then.
  */
-import { create, toBinary, type UnknownField } from "@bufbuild/protobuf";
+import { toBinary, type UnknownField } from "@bufbuild/protobuf";
 import { BinaryWriter, WireType } from "@bufbuild/protobuf/wire";
 import type { ChangesPage, SignalEvent } from "../core/model.js";
 import { SessionStateEventSchema } from "../../gen/sessionstate/v1/event_pb.js";
@@ -21,6 +21,9 @@ import { DEFAULT_EVENT_CACHE_CAPACITY } from "../core/eventCache.js";
 /** Field numbers read from the schema, so a renumbering cannot go unnoticed. */
 const EVENTS_FIELD = StateChangesSchema.field.events.number;
 const STATE_CHANGES_FIELD = GetStatusResponseSchema.field.stateChanges.number;
+const TRUNCATED_FIELD = StateChangesSchema.field.truncated.number;
+const EARLIEST_FIELD = StateChangesSchema.field.earliestAvailableSequence.number;
+const HISTORY_GAP_FIELD = StateChangesSchema.field.historyGap.number;
 
 /**
  * Events kept encoded: as many as the event cache holds (a read takes both for the same
@@ -37,9 +40,16 @@ export const DEFAULT_EVENT_WIRE_CAPACITY = DEFAULT_EVENT_CACHE_CAPACITY;
  */
 const SLAB_BYTES = 64 * 1024;
 
+/** Where an entry's bytes lie: `slab[start, end)` (a slab, or a buffer of the entry's own). */
+interface Placed {
+  slab: Uint8Array;
+  start: number;
+  end: number;
+}
+
 export class EventWireCache {
   /** Sequence → the event as one whole `events` entry (tag, length, message bytes); the oldest go first. */
-  private readonly bySequence: BoundedMap<number, Uint8Array>;
+  private readonly bySequence: BoundedMap<number, Placed>;
   private slab = new Uint8Array(SLAB_BYTES);
   private slabUsed = 0;
 
@@ -49,30 +59,35 @@ export class EventWireCache {
 
   /** One event as a whole `events` entry of `StateChanges`: its tag, its length and its message bytes. */
   entry(event: SignalEvent): Uint8Array {
-    let bytes = this.bySequence.get(event.sequence);
-    if (bytes === undefined) {
-      bytes = this.keep(
+    const { slab, start, end } = this.placed(event);
+    return slab.subarray(start, end);
+  }
+
+  private placed(event: SignalEvent): Placed {
+    let placed = this.bySequence.get(event.sequence);
+    if (placed === undefined) {
+      placed = this.keep(
         new BinaryWriter()
           .tag(EVENTS_FIELD, WireType.LengthDelimited)
           .bytes(toBinary(SessionStateEventSchema, eventMessage(event)))
           .finish(),
       );
-      this.bySequence.add(event.sequence, bytes);
+      this.bySequence.add(event.sequence, placed);
     }
-    return bytes;
+    return placed;
   }
 
   /** The entry's bytes placed after the previous entry's in the current slab (a new slab when full). */
-  private keep(encoded: Uint8Array): Uint8Array {
-    if (encoded.length > SLAB_BYTES / 4) return encoded;
+  private keep(encoded: Uint8Array): Placed {
+    if (encoded.length > SLAB_BYTES / 4) return { slab: encoded, start: 0, end: encoded.length };
     if (this.slabUsed + encoded.length > SLAB_BYTES) {
       this.slab = new Uint8Array(SLAB_BYTES);
       this.slabUsed = 0;
     }
-    this.slab.set(encoded, this.slabUsed);
-    const kept = this.slab.subarray(this.slabUsed, this.slabUsed + encoded.length);
+    const start = this.slabUsed;
+    this.slab.set(encoded, start);
     this.slabUsed += encoded.length;
-    return kept;
+    return { slab: this.slab, start, end: this.slabUsed };
   }
 
   /**
@@ -82,20 +97,18 @@ export class EventWireCache {
    * its largest part, once; as a nested message it was joined and copied twice more.
    */
   stateChangesField(changes: ChangesPage): UnknownField {
-    const head = toBinary(
-      StateChangesSchema,
-      create(StateChangesSchema, {
-        truncated: changes.truncated,
-        earliestAvailableSequence: BigInt(changes.earliestAvailableSequence),
-        historyGap: changes.historyGap,
-      }),
-    );
-    const entries: Uint8Array[] = new Array(changes.events.length);
+    // The delta's own fields, as the typed encoder writes them (proto3: defaults are left out).
+    const fields = new BinaryWriter();
+    if (changes.truncated) fields.tag(TRUNCATED_FIELD, WireType.Varint).bool(true);
+    if (changes.earliestAvailableSequence !== 0) fields.tag(EARLIEST_FIELD, WireType.Varint).int64(changes.earliestAvailableSequence);
+    if (changes.historyGap) fields.tag(HISTORY_GAP_FIELD, WireType.Varint).bool(true);
+    const head = fields.finish();
+    const entries: Placed[] = new Array(changes.events.length);
     let length = head.length;
     for (let i = 0; i < entries.length; i++) {
-      const entry = this.entry(changes.events[i]);
-      entries[i] = entry;
-      length += entry.length;
+      const placed = this.placed(changes.events[i]);
+      entries[i] = placed;
+      length += placed.end - placed.start;
     }
     // A length-delimited unknown field carries its length prefix in its data.
     const prefix = new BinaryWriter().uint32(length).finish();
@@ -105,14 +118,13 @@ export class EventWireCache {
     data.set(head, prefix.length);
     let offset = prefix.length + head.length;
     for (let i = 0; i < entries.length; ) {
-      // A run: entries that follow each other in the same buffer.
-      const first = entries[i];
-      let end = first.byteOffset + first.length;
+      // A run: entries that follow each other in the same slab.
+      const { slab, start } = entries[i];
+      let end = entries[i].end;
       let j = i + 1;
-      while (j < entries.length && entries[j].buffer === first.buffer && entries[j].byteOffset === end) end += entries[j++].length;
-      const run = j === i + 1 ? first : new Uint8Array(first.buffer, first.byteOffset, end - first.byteOffset);
-      data.set(run, offset);
-      offset += run.length;
+      while (j < entries.length && entries[j].slab === slab && entries[j].start === end) end = entries[j++].end;
+      data.set(slab.subarray(start, end), offset);
+      offset += end - start;
       i = j;
     }
     return { no: STATE_CHANGES_FIELD, wireType: WireType.LengthDelimited, data };
