@@ -11,7 +11,7 @@ import { createConnectTransport } from "@connectrpc/connect-node";
 import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
-import { GetStatusResponseSchema, StateChangesSchema, StateService } from "../gen/sessionstate/v1/state_pb.js";
+import { GetStatusResponseSchema, StateService } from "../gen/sessionstate/v1/state_pb.js";
 import type { SignalEvent } from "../src/core/model.js";
 import { EVENT_KINDS } from "../src/core/model.js";
 import { eventMessage, noticeMessage } from "../src/server/convert.js";
@@ -45,20 +45,68 @@ describe("events encoded once", () => {
   it("decode to exactly what the typed path encodes, for random events", () => {
     fc.assert(
       // Sequences are unique and an event never changes once written: one event per sequence.
-      fc.property(fc.uniqueArray(event, { maxLength: 30, selector: (e) => e.sequence }), fc.boolean(), fc.nat(), (events, truncated, earliest) => {
-        const typed = toBinary(StateChangesSchema, create(StateChangesSchema, { events: events.map(eventMessage), truncated, earliestAvailableSequence: BigInt(earliest) }));
-        const cache = new EventWireCache(8); // smaller than some batches: evictions on the way
-        const fast = create(StateChangesSchema, { truncated, earliestAvailableSequence: BigInt(earliest) });
-        fast.$unknown = cache.eventsField(events);
-        const fastBytes = toBinary(StateChangesSchema, fast);
-        expect(equals(StateChangesSchema, fromBinary(StateChangesSchema, fastBytes), fromBinary(StateChangesSchema, typed))).toBe(true);
-        // A second read from the cache gives the same bytes.
-        const again = create(StateChangesSchema, { truncated, earliestAvailableSequence: BigInt(earliest) });
-        again.$unknown = cache.eventsField(events);
-        expect(toBinary(StateChangesSchema, again)).toEqual(fastBytes);
-      }),
+      fc.property(
+        fc.uniqueArray(event, { maxLength: 30, selector: (e) => e.sequence }),
+        fc.boolean(),
+        fc.nat({ max: Number.MAX_SAFE_INTEGER }),
+        fc.boolean(),
+        fc.nat({ max: Number.MAX_SAFE_INTEGER }),
+        fc.func(fc.integer()),
+        (events, truncated, earliest, historyGap, stateVersion, order) => {
+          const changes = { events, truncated, earliestAvailableSequence: earliest, historyGap };
+          const typed = toBinary(
+            GetStatusResponseSchema,
+            create(GetStatusResponseSchema, {
+              stateVersion: BigInt(stateVersion),
+              stateChanges: { events: events.map(eventMessage), truncated, earliestAvailableSequence: BigInt(earliest), historyGap },
+            }),
+          );
+          const cache = new EventWireCache(8); // smaller than some batches: evictions on the way
+          // Some events read before, in another order: their cached entries are not side by side.
+          const earlier = events.filter((e) => order(e.sequence) % 3 === 0).sort((a, b) => order(a.sequence) - order(b.sequence));
+          for (const e of earlier) cache.entry(e);
+          const fast = create(GetStatusResponseSchema, { stateVersion: BigInt(stateVersion) });
+          fast.$unknown = [cache.stateChangesField(changes)];
+          const fastBytes = toBinary(GetStatusResponseSchema, fast);
+          const decoded = fromBinary(GetStatusResponseSchema, fastBytes);
+          expect(equals(GetStatusResponseSchema, decoded, fromBinary(GetStatusResponseSchema, typed))).toBe(true);
+          // An empty delta is still a delta: the field is there (the typed path sets it too).
+          expect(decoded.stateChanges).toBeDefined();
+          expect(decoded.$unknown ?? []).toEqual([]);
+          // A second read from the cache gives the same bytes.
+          const again = create(GetStatusResponseSchema, { stateVersion: BigInt(stateVersion) });
+          again.$unknown = [cache.stateChangesField(changes)];
+          expect(toBinary(GetStatusResponseSchema, again)).toEqual(fastBytes);
+        },
+      ),
       { numRuns: 300 },
     );
+  });
+
+  it("decode the same when a delta spans several slabs and holds an entry too large for one", () => {
+    const events: SignalEvent[] = Array.from({ length: 1500 }, (_, i) => ({
+      sequence: i + 1,
+      agentId: "main",
+      sessionKey: "agent:main:x",
+      kind: "goal_changed",
+      actorType: "agent",
+      actorId: `agent:main:worker-${i}`,
+      runId: `run-${i}`,
+      occurredAt: 1_700_000_000_000 + i,
+      // One entry larger than a quarter slab (it gets a buffer of its own); the rest fill slabs.
+      summary: i === 700 ? "x".repeat(20_000) : `step ${i} `.repeat(10),
+      payload: {},
+    }));
+    const cache = new EventWireCache(5_000);
+    const changes = { events, truncated: true, earliestAvailableSequence: 1, historyGap: false };
+    const typed = create(GetStatusResponseSchema, {
+      stateChanges: { events: events.map(eventMessage), truncated: true, earliestAvailableSequence: 1n },
+    });
+    for (let round = 0; round < 2; round++) {
+      const fast = create(GetStatusResponseSchema);
+      fast.$unknown = [cache.stateChangesField(changes)];
+      expect(equals(GetStatusResponseSchema, fromBinary(GetStatusResponseSchema, toBinary(GetStatusResponseSchema, fast)), typed)).toBe(true);
+    }
   });
 
   it("takes the fast path only for binary encodings", () => {

@@ -120,42 +120,49 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
 
 /**
  * The delta after `changesSince` (at most `limit`, oldest first) with its head; never moves
- * a cursor. With a cache, the database is asked for the sequences only and the events come
- * from memory where it holds them (they never change once written).
+ * a cursor. The database is asked for the head, the earliest sequence and the delta's
+ * sequences only (an index-only read, one statement where the backend can); the events come
+ * from memory where the cache holds them (they never change once written).
  */
 export async function readChanges(
   tx: Tx,
   session: SessionId,
   changesSince: number,
   limit: number,
-  cache?: EventCache,
+  cache: EventCache,
 ): Promise<{ head: SessionHead; page: ChangesPage }> {
-  const head = (await tx.log.head(session)) ?? EMPTY_HEAD;
-  const rows = cache ? await cachedEventsAfter(tx, session, changesSince, limit + 1, cache) : await tx.log.eventsAfter(session, changesSince, limit + 1);
-  const earliest = await tx.log.earliestSequence(session);
+  const window = await tx.log.changesWindow(session, changesSince, limit + 1);
+  const head = window.head ?? EMPTY_HEAD;
+  const rows = await eventsOf(tx, window.sequences, cache);
+  const truncated = rows.length > limit;
+  if (truncated) rows.length = limit;
   return {
     head,
     page: {
-      events: rows.slice(0, limit),
-      truncated: rows.length > limit,
-      earliestAvailableSequence: earliest,
+      events: rows,
+      truncated,
+      earliestAvailableSequence: window.earliest,
       historyGap: historyGapFor(changesSince, head.prunedThrough, head.stateVersion),
     },
   };
 }
 
-async function cachedEventsAfter(tx: Tx, session: SessionId, after: number, limit: number, cache: EventCache): Promise<SignalEvent[]> {
-  const sequences = await tx.log.sequencesAfter(session, after, limit);
+/** The events with these sequences, in their order: from the cache, the rest from the database. */
+async function eventsOf(tx: Tx, sequences: readonly number[], cache: EventCache): Promise<SignalEvent[]> {
   // Take what the cache holds first: putting the fetched events in may evict entries this
   // very read found there (the oldest go first, and a long delta reads old events).
-  const events: (SignalEvent | undefined)[] = sequences.map((s) => cache.get(s));
-  const missing = sequences.filter((_, i) => events[i] === undefined);
-  if (missing.length > 0) {
-    const fetched = new Map<number, SignalEvent>();
-    for (const e of await tx.log.eventsWithSequences(missing)) fetched.set(e.sequence, e);
-    sequences.forEach((s, i) => (events[i] ??= fetched.get(s)));
-    for (const e of fetched.values()) cache.put(e);
+  const events: (SignalEvent | undefined)[] = new Array(sequences.length);
+  let missing: number[] | undefined;
+  for (let i = 0; i < sequences.length; i++) {
+    const event = cache.get(sequences[i]);
+    events[i] = event;
+    if (event === undefined) (missing ??= []).push(sequences[i]);
   }
+  if (missing === undefined) return events as SignalEvent[];
+  const fetched = new Map<number, SignalEvent>();
+  for (const e of await tx.log.eventsWithSequences(missing)) fetched.set(e.sequence, e);
+  sequences.forEach((s, i) => (events[i] ??= fetched.get(s)));
+  for (const e of fetched.values()) cache.put(e);
   // Both reads ran in one transaction: a listed sequence is always there.
   const absent = sequences.filter((_, i) => events[i] === undefined);
   if (absent.length > 0) throw new Error(`events listed but not readable in the same transaction: ${absent.slice(0, 5).join(", ")}`);

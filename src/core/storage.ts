@@ -122,6 +122,15 @@ export interface Tx {
 
 // ---- Signal log (SPEC §2, §3.3, §3.4) ---------------------------------------------------------
 
+/** What a delta read takes from the log (SPEC §3.3). */
+export interface ChangesWindow {
+  head: SessionHead | undefined;
+  /** The lowest sequence still in the session's log; 0 when it holds none. */
+  earliest: number;
+  /** The session's sequences after `after`, oldest first, at most `limit` (an index-only read). */
+  sequences: number[];
+}
+
 /** An event's place, for retention. */
 export interface EventPlace {
   sequence: number;
@@ -136,14 +145,13 @@ export interface SignalLogRows {
   insertEvent(draft: EventDraft, recordedAt: number): Awaitable<number>;
   eventByDedupe(session: SessionId, dedupeKey: string): Awaitable<SignalEvent | undefined>;
   eventBySequence(sequence: number): Awaitable<SignalEvent | undefined>;
-  /** Events after `after`, oldest first, at most `limit`. */
-  eventsAfter(session: SessionId, after: number, limit: number): Awaitable<SignalEvent[]>;
-  /** The sequences of those events only (an index-only read). */
-  sequencesAfter(session: SessionId, after: number, limit: number): Awaitable<number[]>;
+  /**
+   * What a delta read takes from the log, read together (one statement where the backend
+   * can): the head, the lowest sequence still held and the sequences after `after`.
+   */
+  changesWindow(session: SessionId, after: number, limit: number): Awaitable<ChangesWindow>;
   /** The events with these sequences that still exist, oldest first. */
   eventsWithSequences(sequences: readonly number[]): Awaitable<SignalEvent[]>;
-  /** The lowest sequence still in the session's log; 0 when it holds none. */
-  earliestSequence(session: SessionId): Awaitable<number>;
   /** Removes the session's events and its head; returns how many events went. */
   deleteLog(session: SessionId): Awaitable<number>;
 

@@ -2,8 +2,12 @@
 import type { SessionId } from "../keys.js";
 import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
 import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
-import type { EventPlace, SignalLogRows } from "../storage.js";
+import type { ChangesWindow, EventPlace, SignalLogRows } from "../storage.js";
 import type { PgConnection } from "./connection.js";
+
+/** The head's columns of `session_heads h`, null in every column when the session has no head. */
+const HEAD_COLUMNS_OF_H = HEAD_COLUMNS.split(", ").map((c) => `h.${c}`).join(", ");
+type NullableHeadRow = { [K in keyof HeadRow]: HeadRow[K] | null };
 
 export class PgSignalLogRows implements SignalLogRows {
   constructor(private readonly c: PgConnection) {}
@@ -67,23 +71,23 @@ export class PgSignalLogRows implements SignalLogRows {
     return row && eventFromRow(row);
   }
 
-  async eventsAfter(session: SessionId, after: number, limit: number): Promise<SignalEvent[]> {
-    const rows = await this.c.rows<EventRow>(
-      "log.eventsAfter",
-      `SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE agent_id = $1 AND session_key = $2 AND sequence > $3
-       ORDER BY sequence LIMIT $4`,
+  async changesWindow(session: SessionId, after: number, limit: number): Promise<ChangesWindow> {
+    // One round trip: the head (absent: nulls), the earliest sequence and the window's sequences.
+    const row = await this.c.one<NullableHeadRow & { earliest: number | null; sequences: string[] }>(
+      "log.changesWindow",
+      `SELECT ${HEAD_COLUMNS_OF_H},
+         (SELECT min(sequence) FROM session_state_events WHERE agent_id = $1 AND session_key = $2) AS earliest,
+         ARRAY(SELECT sequence FROM session_state_events WHERE agent_id = $1 AND session_key = $2 AND sequence > $3
+           ORDER BY sequence LIMIT $4) AS sequences
+       FROM (SELECT 1) AS one LEFT JOIN session_heads h ON h.agent_id = $1 AND h.session_key = $2`,
       [session.agentId, session.sessionKey, after, limit],
     );
-    return rows.map(eventFromRow);
-  }
-
-  async sequencesAfter(session: SessionId, after: number, limit: number): Promise<number[]> {
-    const rows = await this.c.rows<{ sequence: number }>(
-      "log.sequencesAfter",
-      `SELECT sequence FROM session_state_events WHERE agent_id = $1 AND session_key = $2 AND sequence > $3 ORDER BY sequence LIMIT $4`,
-      [session.agentId, session.sessionKey, after, limit],
-    );
-    return rows.map((r) => r.sequence);
+    return {
+      head: row === undefined || row.state_version === null ? undefined : headFromRow(row as HeadRow),
+      earliest: row?.earliest ?? 0,
+      // An int8 array arrives as strings (only plain int8 columns are parsed as numbers).
+      sequences: (row?.sequences ?? []).map(Number),
+    };
   }
 
   async eventsWithSequences(sequences: readonly number[]): Promise<SignalEvent[]> {
@@ -94,15 +98,6 @@ export class PgSignalLogRows implements SignalLogRows {
       [sequences],
     );
     return rows.map(eventFromRow);
-  }
-
-  async earliestSequence(session: SessionId): Promise<number> {
-    const row = await this.c.one<{ seq: number | null }>(
-      "log.earliest",
-      `SELECT min(sequence) AS seq FROM session_state_events WHERE agent_id = $1 AND session_key = $2`,
-      [session.agentId, session.sessionKey],
-    );
-    return row?.seq ?? 0;
   }
 
   async deleteLog(session: SessionId): Promise<number> {

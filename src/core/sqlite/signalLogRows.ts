@@ -3,8 +3,12 @@ import type Database from "better-sqlite3";
 import type { SessionId } from "../keys.js";
 import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
 import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
-import type { EventPlace, SignalLogRows } from "../storage.js";
+import type { ChangesWindow, EventPlace, SignalLogRows } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
+
+/** The head's columns of `session_heads h`, null in every column when the session has no head. */
+const HEAD_COLUMNS_OF_H = HEAD_COLUMNS.split(", ").map((c) => `h.${c}`).join(", ");
+type NullableHeadRow = { [K in keyof HeadRow]: HeadRow[K] | null };
 
 export class SqliteSignalLogRows implements SignalLogRows {
   private readonly stmt;
@@ -23,14 +27,14 @@ export class SqliteSignalLogRows implements SignalLogRows {
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
       eventByDedupe: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE agent_id = ? AND session_key = ? AND dedupe_key = ?`),
       eventBySequence: p(`SELECT ${EVENT_COLUMNS} FROM session_state_events WHERE sequence = ?`),
-      eventsAfter: limited(`SELECT ${EVENT_COLUMNS} FROM session_state_events
-        WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`),
+      headAndEarliest: p(`SELECT ${HEAD_COLUMNS_OF_H},
+          (SELECT min(sequence) FROM session_state_events WHERE agent_id = ? AND session_key = ?) AS earliest
+        FROM (SELECT 1) LEFT JOIN session_heads h ON h.agent_id = ? AND h.session_key = ?`),
       sequencesAfter: limited(
         `SELECT sequence FROM session_state_events
         WHERE agent_id = ? AND session_key = ? AND sequence > ? ORDER BY sequence LIMIT ?`,
         true,
       ),
-      earliest: p(`SELECT min(sequence) AS seq FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteEvents: p(`DELETE FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteHead: p(`DELETE FROM session_heads WHERE agent_id = ? AND session_key = ?`),
       countEvents: p(`SELECT count(*) AS n FROM session_state_events`),
@@ -88,12 +92,14 @@ export class SqliteSignalLogRows implements SignalLogRows {
     return row && eventFromRow(row);
   }
 
-  eventsAfter(session: SessionId, after: number, limit: number): SignalEvent[] {
-    return (this.stmt.eventsAfter.all([session.agentId, session.sessionKey, after], limit) as EventRow[]).map(eventFromRow);
-  }
-
-  sequencesAfter(session: SessionId, after: number, limit: number): number[] {
-    return this.stmt.sequencesAfter.all([session.agentId, session.sessionKey, after], limit) as number[];
+  changesWindow(session: SessionId, after: number, limit: number): ChangesWindow {
+    const { agentId, sessionKey } = session;
+    const row = this.stmt.headAndEarliest.get(agentId, sessionKey, agentId, sessionKey) as NullableHeadRow & { earliest: number | null };
+    return {
+      head: row.state_version === null ? undefined : headFromRow(row as HeadRow),
+      earliest: row.earliest ?? 0,
+      sequences: this.stmt.sequencesAfter.all([agentId, sessionKey, after], limit) as number[],
+    };
   }
 
   eventsWithSequences(sequences: readonly number[]): SignalEvent[] {
@@ -103,10 +109,6 @@ export class SqliteSignalLogRows implements SignalLogRows {
       if (row) out.push(eventFromRow(row));
     }
     return out;
-  }
-
-  earliestSequence(session: SessionId): number {
-    return (this.stmt.earliest.get(session.agentId, session.sessionKey) as { seq: number | null }).seq ?? 0;
   }
 
   deleteLog(session: SessionId): number {

@@ -95,6 +95,7 @@ export class SqliteStorage implements Storage {
     const p = (sql: string) => db.prepare(sql);
     this.stmt = {
       begin: p("BEGIN IMMEDIATE"),
+      beginRead: p("BEGIN DEFERRED"),
       commit: p("COMMIT"),
       rollback: p("ROLLBACK"),
       savepoint: p("SAVEPOINT unit"),
@@ -103,8 +104,23 @@ export class SqliteStorage implements Storage {
     };
   }
 
+  /**
+   * A read is one deferred transaction: its statements see one snapshot, and in WAL mode
+   * SQLite sets the read up (the WAL index, its read lock) once for the unit instead of once
+   * per statement, which costs a few µs each — as much as a short indexed lookup.
+   */
   read<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
-    return this.exclusive(() => unit(this.tx));
+    return this.exclusive(async () => {
+      this.stmt.beginRead.run();
+      try {
+        const value = await unit(this.tx);
+        if (this.db.inTransaction) this.stmt.commit.run();
+        return value;
+      } catch (err) {
+        if (this.db.inTransaction) this.stmt.rollback.run();
+        throw err;
+      }
+    });
   }
 
   /** One process serves the file, so nobody else has news to wake it for. */

@@ -6,6 +6,7 @@ import type { SessionTools } from "../../core/sessionTools.js";
 import {
   AppendEventStreamResponseSchema,
   AppendResultSchema,
+  GetStatusResponseSchema,
   StateChangesSchema,
   StateService,
   type AppendEventStreamRequest,
@@ -47,10 +48,11 @@ export function stateService(
         model: req.model,
         activeRoute: routeOf(req.activeRoute),
       });
-      return {
+      const binary = status.changes !== undefined && isBinaryCall(ctx.requestHeader, ctx.url);
+      const response = create(GetStatusResponseSchema, {
         stateVersion: BigInt(status.stateVersion),
         session: status.session ? sessionMessage(status.session) : undefined,
-        stateChanges: status.changes && changesMessage(status.changes, isBinaryCall(ctx.requestHeader, ctx.url) ? wire : undefined),
+        stateChanges: status.changes && !binary ? changesMessage(status.changes) : undefined,
         route: status.route && {
           origin: routeMessage(status.route.origin),
           active: routeMessage(status.route.active),
@@ -68,24 +70,22 @@ export function stateService(
         },
         taskContext: status.taskContext,
         modelChanged: status.modelChanged,
-      };
+      });
+      // Over a binary protocol the delta goes out as the bytes its events were encoded to once (eventWire.ts).
+      if (binary) response.$unknown = [wire.stateChangesField(status.changes!)];
+      return response;
     },
   };
 }
 
-/**
- * The delta as a message. Over a binary protocol its events are the bytes each was encoded
- * to once (eventWire.ts); over JSON they are converted as usual.
- */
-function changesMessage(changes: ChangesPage, wire: EventWireCache | undefined): StateChanges {
-  const message = create(StateChangesSchema, {
-    events: wire ? [] : changes.events.map(eventMessage),
+/** The delta as a typed message (JSON answers). */
+function changesMessage(changes: ChangesPage): StateChanges {
+  return create(StateChangesSchema, {
+    events: changes.events.map(eventMessage),
     truncated: changes.truncated,
     earliestAvailableSequence: BigInt(changes.earliestAvailableSequence),
     historyGap: changes.historyGap,
   });
-  if (wire) message.$unknown = wire.eventsField(changes.events);
-  return message;
 }
 
 /** One AppendEvents batch: the events mapped for the core, its outcomes mapped back. */
