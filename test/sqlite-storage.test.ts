@@ -149,7 +149,7 @@ describe("SQLite storage", () => {
     it("reports a worker that cannot open the file", async () => {
       const reasons: string[] = [];
       const dir = scratch();
-      const checkpointer = new BackgroundCheckpointer({ path: join(dir, "missing.db"), synchronous: "normal", onFailure: (r) => reasons.push(r) });
+      const checkpointer = new BackgroundCheckpointer({ path: join(dir, "missing.db"), synchronous: 1, onFailure: (r) => reasons.push(r) });
       cleanups.push(() => checkpointer.stop());
       await vi.waitFor(() => expect(reasons).toHaveLength(1));
       expect(reasons[0]).toMatch(/unable to open|SQLITE_CANTOPEN|directory does not exist/i);

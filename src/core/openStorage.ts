@@ -7,7 +7,7 @@ import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
 import type { WalCheckpointMode } from "./sqlite/checkpointer.js";
 import { isPostgresUrl } from "./databaseName.js";
 import type { CoreMetrics } from "./metrics.js";
-import type { Storage } from "./storage.js";
+import type { Storage, StorageLog } from "./storage.js";
 
 export { describeDatabase, isPostgresUrl } from "./databaseName.js";
 
@@ -21,7 +21,7 @@ export interface OpenStorageOptions {
   poolSize?: number;
   /** Where group-commit sizes go (src/core/metrics.ts). */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
-  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+  log?: StorageLog;
 }
 
 export async function openStorage(options: OpenStorageOptions): Promise<Storage> {

@@ -51,6 +51,9 @@ export interface WriteOptions {
   group?: boolean;
 }
 
+/** Where a backend reports its own trouble (a lost connection, a stopped checkpointer). */
+export type StorageLog = (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+
 export interface Storage {
   readonly backend: Backend;
   /** A read-only unit of work over committed data. */

@@ -25,7 +25,7 @@ import pg from "pg";
 import type { SessionId } from "../keys.js";
 import type { CoreMetrics } from "../metrics.js";
 import { describeDatabase } from "../databaseName.js";
-import type { IntegrityReport, Leadership, SingletonJob, Storage, Tx, WakeupListener, WriteOptions } from "../storage.js";
+import type { IntegrityReport, Leadership, SingletonJob, Storage, StorageLog, Tx, WakeupListener, WriteOptions } from "../storage.js";
 import { PgConnection } from "./connection.js";
 import { PgInboxRows, PgMessagingRows } from "./coordinationRows.js";
 import { PgTaskRows } from "./taskRows.js";
@@ -54,7 +54,7 @@ export interface PostgresOptions {
   /** Where group-commit sizes go. */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   /** Called with a line for the operator's log (reconnects, lost leadership). */
-  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+  log?: StorageLog;
 }
 
 /** int8 columns (sequences, times) fit in a double well below 2^53: read them as numbers. */

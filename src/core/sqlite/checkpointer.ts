@@ -37,7 +37,8 @@ export const STARTS_AFTER_COMMITS = 100;
 
 export interface CheckpointerOptions {
   path: string;
-  synchronous: string;
+  /** The serving connection's `PRAGMA synchronous` (0–3): the worker's checkpoints sync alike. */
+  synchronous: number;
   /** Between passes while the log grows (ms). */
   busyIntervalMs?: number;
   /** Between passes while nothing changes (ms). */
@@ -65,15 +66,19 @@ db.pragma("busy_timeout = 0");
 db.pragma("synchronous = " + workerData.synchronous);
 const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
 let timer;
-let last = -1;
+let last = { log: -1, checkpointed: -1 };
 let stopped = false;
 function pass() {
   let wait = workerData.idleMs;
   try {
     const r = checkpoint.get();
-    if (r.log > 0 && r.checkpointed !== last) wait = workerData.busyMs;
-    last = r.checkpointed;
-    parentPort.postMessage({ pass: r });
+    // Frames were copied or the log moved: more may come, look again soon. A pass that saw
+    // nothing new is not reported (an idle service hears nothing from its checkpointer).
+    if (r.log !== last.log || r.checkpointed !== last.checkpointed) {
+      if (r.log > 0) wait = workerData.busyMs;
+      parentPort.postMessage({ pass: r });
+    }
+    last = r;
   } catch (err) {
     // SQLITE_BUSY: another checkpoint is running (the serving connection's fallback); try later.
     if (err.code !== "SQLITE_BUSY" && err.code !== "SQLITE_LOCKED") parentPort.postMessage({ error: err.code + ": " + err.message });
@@ -99,8 +104,6 @@ function resolveDriver(): string {
 export class BackgroundCheckpointer {
   private readonly worker: Worker;
   private stopping = false;
-  private lastPass: CheckpointPass | undefined;
-  private passes = 0;
   private readonly passListeners = new Set<(pass: CheckpointPass) => void>();
 
   constructor(private readonly options: CheckpointerOptions) {
@@ -121,8 +124,6 @@ export class BackgroundCheckpointer {
     this.worker.unref();
     this.worker.on("message", (m: { pass?: CheckpointPass; error?: string }) => {
       if (m.pass) {
-        this.passes++;
-        this.lastPass = m.pass;
         for (const listener of this.passListeners) listener(m.pass);
       } else if (m.error) {
         this.fail(`a checkpoint failed: ${m.error}`);
@@ -134,12 +135,7 @@ export class BackgroundCheckpointer {
     });
   }
 
-  /** Passes made so far and what the last one saw (tests, diagnostics). */
-  get status(): { passes: number; last: CheckpointPass | undefined } {
-    return { passes: this.passes, last: this.lastPass };
-  }
-
-  /** Resolves at the next pass that satisfies `test` (tests). */
+  /** Resolves at the next reported pass (one that saw the log change) that satisfies `test` (tests). */
   nextPass(test: (pass: CheckpointPass) => boolean = () => true): Promise<CheckpointPass> {
     return new Promise((resolve) => {
       const listener = (pass: CheckpointPass) => {

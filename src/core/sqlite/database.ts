@@ -11,6 +11,7 @@ import { acquireProcessLock } from "./processLock.js";
 import { isDamagedFile } from "./storageFaults.js";
 import { migrate } from "./schema.js";
 import { SqliteStorage } from "./storage.js";
+import type { StorageLog } from "../storage.js";
 import type { WalCheckpointMode } from "./checkpointer.js";
 
 export type Synchronous = "off" | "normal" | "full" | "extra";
@@ -63,7 +64,7 @@ export interface SqliteStorageOpenOptions extends DatabaseOptions {
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   /** Who checkpoints the WAL (checkpointer.ts); default `background`. */
   walCheckpoint?: WalCheckpointMode;
-  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+  log?: StorageLog;
 }
 
 export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStorage {
@@ -74,7 +75,6 @@ export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStor
       path: options.path,
       metrics: options.metrics,
       walCheckpoint: options.walCheckpoint,
-      synchronous: options.synchronous ?? "normal",
       log: options.log,
       onClose: () => lock?.release(),
     });

@@ -17,7 +17,7 @@ import type Database from "better-sqlite3";
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
 import type { CoreMetrics } from "../metrics.js";
-import type { IntegrityReport, Leadership, Storage, Tx, WriteOptions } from "../storage.js";
+import type { IntegrityReport, Leadership, Storage, StorageLog, Tx, WriteOptions } from "../storage.js";
 import { SqliteInboxRows, SqliteMessagingRows } from "./coordinationRows.js";
 import { SqliteTaskRows } from "./taskRows.js";
 import { SqliteDeliveryRows } from "./deliveryRows.js";
@@ -54,10 +54,8 @@ export interface SqliteStorageOptions {
    * (`background`, the default for a file) or the committing connection itself (`inline`).
    */
   walCheckpoint?: WalCheckpointMode;
-  /** The connection's `synchronous` (the checkpoint worker's connection runs with the same). */
-  synchronous?: string;
   /** Where the checkpointer's trouble is reported. */
-  log?: (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+  log?: StorageLog;
 }
 
 export class SqliteStorage implements Storage {
@@ -224,7 +222,7 @@ export class SqliteStorage implements Storage {
     try {
       this.checkpointer = new BackgroundCheckpointer({
         path: this.path,
-        synchronous: this.options.synchronous ?? "normal",
+        synchronous: this.db.pragma("synchronous", { simple: true }) as number,
         onFailure: (reason) => {
           this.checkpointer = undefined;
           if (this.db.open) this.db.pragma(`wal_autocheckpoint = ${INLINE_AUTOCHECKPOINT_PAGES}`);
