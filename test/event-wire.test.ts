@@ -64,7 +64,8 @@ describe("events encoded once", () => {
           const cache = new EventWireCache(8); // smaller than some batches: evictions on the way
           // Some events read before, in another order: their cached entries are not side by side.
           const earlier = events.filter((e) => order(e.sequence) % 3 === 0).sort((a, b) => order(a.sequence) - order(b.sequence));
-          for (const e of earlier) cache.entry(e);
+          // (An earlier read of them, as an earlier GetStatus would have encoded them.)
+          cache.stateChangesField({ events: earlier, truncated: false, earliestAvailableSequence: 0, historyGap: false });
           const fast = create(GetStatusResponseSchema, { stateVersion: BigInt(stateVersion) });
           fast.$unknown = [cache.stateChangesField(changes)];
           const fastBytes = toBinary(GetStatusResponseSchema, fast);

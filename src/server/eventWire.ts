@@ -57,12 +57,7 @@ export class EventWireCache {
     this.bySequence = new BoundedMap(capacity);
   }
 
-  /** One event as a whole `events` entry of `StateChanges`: its tag, its length and its message bytes. */
-  entry(event: SignalEvent): Uint8Array {
-    const { slab, start, end } = this.placed(event);
-    return slab.subarray(start, end);
-  }
-
+  /** One event as a whole `events` entry of `StateChanges` (its tag, its length and its message bytes), encoded once. */
   private placed(event: SignalEvent): Placed {
     let placed = this.bySequence.get(event.sequence);
     if (placed === undefined) {
