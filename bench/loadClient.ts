@@ -32,6 +32,7 @@ import type {
 import { OPENED_CALLS, openCall, type OpenedCall } from "./peerCalls.js";
 import { benchTransport } from "./transport.js";
 import { NOTICES_PER_MESSAGE } from "../src/client/noticeSubscription.js";
+import { DEFAULT_RECEIVE_WINDOW_BYTES } from "../src/client/clients.js";
 
 /** A notify-eligible event of a realistic size (metadata only, as the SPEC requires). */
 function goalChanged(sessionKey: string, actorId: string, n: number): MessageInitShape<typeof EventInputSchema> {
@@ -56,6 +57,18 @@ function appendRequests(job: UnaryLoadJob, eventsPerCall: number): AppendEventsR
       }),
     }),
   );
+}
+
+/**
+ * The bare client's connection, with the receive window our client package opens with
+ * (src/client/clients.ts): at the protocol's default of 64 KiB for the whole connection, 16
+ * answers of 19 KiB in flight would be paced by this client's window updates, not by the
+ * server.
+ */
+function openBareSession(url: string): http2.ClientHttp2Session {
+  const session = http2.connect(url, { settings: { initialWindowSize: DEFAULT_RECEIVE_WINDOW_BYTES } });
+  session.once("connect", () => session.setLocalWindowSize(DEFAULT_RECEIVE_WINDOW_BYTES));
+  return session;
 }
 
 /**
@@ -170,7 +183,7 @@ async function unaryLoad(job: UnaryLoadJob, id: number): Promise<UnaryLoadResult
   try {
     await stream?.ready;
     let session: http2.ClientHttp2Session | undefined;
-    const raw = () => (session ??= http2.connect(job.url));
+    const raw = () => (session ??= openBareSession(job.url));
     opened = OPENED_CALLS.includes(job.call) ? await openCall(job) : undefined;
     const call = opened?.call ?? callOf(job, state, createClient(Health, transport), raw);
     // One call before the clock starts: it opens the connection and proves the request works.

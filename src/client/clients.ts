@@ -4,6 +4,7 @@
  */
 import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
+import type http2 from "node:http2";
 import {
   createConnectTransport,
   createGrpcTransport,
@@ -27,6 +28,12 @@ export interface GatewayClientOptions {
   protocol?: Protocol;
   /** HTTP/2 keepalive (PING) and idle-connection settings. */
   http2?: Http2SessionOptions;
+  /**
+   * HTTP/2 receive window in bytes, of the connection and of each call on it: how much the
+   * service may send before this client's acknowledgement. Default 4 MiB
+   * (DEFAULT_RECEIVE_WINDOW_BYTES); 65,535 (the protocol's default) to 2^31−1.
+   */
+  receiveWindowBytes?: number;
   /** Bearer token sent with every call (servers started with a token file require one). */
   token?: string;
   /** More interceptors, run after the bearer token's. */
@@ -48,8 +55,46 @@ export interface GatewayClients {
   close(): void;
 }
 
+/**
+ * The client's default HTTP/2 receive window. The protocol's own is 65,535 bytes for the
+ * whole connection: 16 concurrent GetStatus answers of a 200-event delta (about 19 KiB each)
+ * or a few notice batches overrun it, and the service then waits for this client's window
+ * updates between frames.
+ */
+export const DEFAULT_RECEIVE_WINDOW_BYTES = 4 * 1024 * 1024;
+const MIN_WINDOW = 65_535;
+const MAX_WINDOW = 2 ** 31 - 1;
+
+/**
+ * Connect's session manager, with the receive window widened on every connection it opens:
+ * the calls' windows by the SETTINGS frame, the connection's own by a WINDOW_UPDATE once.
+ */
+class WideWindowSessionManager extends Http2SessionManager {
+  private readonly widened = new WeakSet<http2.Http2Session>();
+  constructor(
+    url: string,
+    options: Http2SessionOptions | undefined,
+    private readonly windowBytes: number,
+  ) {
+    super(url, options, { settings: { initialWindowSize: windowBytes } });
+  }
+  override async request(...args: Parameters<Http2SessionManager["request"]>): Promise<http2.ClientHttp2Stream> {
+    const stream = await super.request(...args);
+    const session = stream.session;
+    if (session && !this.widened.has(session)) {
+      this.widened.add(session);
+      session.setLocalWindowSize(this.windowBytes);
+    }
+    return stream;
+  }
+}
+
 export function createGatewayClients(baseUrl: string, options: GatewayClientOptions = {}): GatewayClients {
-  const sessionManager = new Http2SessionManager(baseUrl, options.http2);
+  const windowBytes = options.receiveWindowBytes ?? DEFAULT_RECEIVE_WINDOW_BYTES;
+  if (!Number.isInteger(windowBytes) || windowBytes < MIN_WINDOW || windowBytes > MAX_WINDOW) {
+    throw new RangeError(`receiveWindowBytes: expected a whole number from ${MIN_WINDOW} to ${MAX_WINDOW}, got ${windowBytes}`);
+  }
+  const sessionManager = new WideWindowSessionManager(baseUrl, options.http2, windowBytes);
   const interceptors = [...(options.token === undefined ? [] : [bearerToken(options.token)]), ...(options.interceptors ?? [])];
   const transportOptions = { baseUrl, httpVersion: "2" as const, sessionManager, interceptors };
   const transport =

@@ -15,7 +15,7 @@ export * from "../../gen/sessionstate/v1/upstream_pb.js";
 export * from "../../gen/sessionstate/v1/watch_pb.js";
 export * from "../../gen/sessionstate/v1/task_pb.js";
 export * from "../../gen/sessionstate/v1/delivery_pb.js";
-export { createGatewayClients, type GatewayClients, type GatewayClientOptions, type Protocol } from "./clients.js";
+export { createGatewayClients, DEFAULT_RECEIVE_WINDOW_BYTES, type GatewayClients, type GatewayClientOptions, type Protocol } from "./clients.js";
 export { bearerToken } from "./bearer.js";
 export { jsonLogger, stderrLogger, type ClientLogger } from "./logger.js";
 export {
