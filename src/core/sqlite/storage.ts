@@ -36,8 +36,21 @@ import {
   type WalCheckpointMode,
 } from "./checkpointer.js";
 
+/**
+ * Most events one group commit takes (a unit weighs the sessions it locks: one per event it
+ * appends). The rest of a burst waits for the next turn of the event loop, after this
+ * commit's answers have gone out, so a burst of large batches reaches its callers in parts
+ * and they prepare their next batches while the later parts commit. One commit for the whole
+ * burst leaves both sides taking turns. Measured with 16 calls of 100 events in flight: 300
+ * gave 20–25 % more events per second than no bound, in every round; 150 and 200 less (a
+ * commit's pages are its larger fixed cost). A unit heavier than this still commits, alone.
+ */
+export const GROUP_COMMIT_MAX_EVENTS = 300;
+
 interface GroupMember {
   unit: (tx: Tx) => Promise<unknown>;
+  /** Events the unit writes (the sessions it locks), at least 1. */
+  weight: number;
   resolve(value: unknown): void;
   reject(err: unknown): void;
 }
@@ -64,6 +77,7 @@ export class SqliteStorage implements Storage {
   private readonly stmt;
   private turn: Promise<unknown> = Promise.resolve();
   private group: GroupMember[] = [];
+  private groupScheduled = false;
   private closed = false;
   readonly description: { database: string; damagedAdvice: string };
   private readonly path: string;
@@ -142,7 +156,7 @@ export class SqliteStorage implements Storage {
   }
 
   write<T>(unit: (tx: Tx) => Promise<T>, options: WriteOptions = {}): Promise<T> {
-    if (options.group) return this.joinGroup(unit);
+    if (options.group) return this.joinGroup(unit, Math.max(1, options.lock?.length ?? 1));
     return this.exclusive(async () => {
       this.stmt.begin.run();
       try {
@@ -167,17 +181,31 @@ export class SqliteStorage implements Storage {
     return run;
   }
 
-  private joinGroup<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
+  private joinGroup<T>(unit: (tx: Tx) => Promise<T>, weight: number): Promise<T> {
     return new Promise<T>((resolve, reject) => {
-      this.group.push({ unit, resolve: resolve as (v: unknown) => void, reject });
-      // After the I/O callbacks of this loop turn, so every request read meanwhile joins.
-      if (this.group.length === 1) setImmediate(() => void this.flushGroup());
+      this.group.push({ unit, weight, resolve: resolve as (v: unknown) => void, reject });
+      this.scheduleGroup();
+    });
+  }
+
+  /**
+   * The next group commit, after the I/O callbacks of this loop turn, so every request read
+   * meanwhile joins; after a commit, once its answers have been handed on.
+   */
+  private scheduleGroup(): void {
+    if (this.groupScheduled || this.group.length === 0) return;
+    this.groupScheduled = true;
+    setImmediate(() => {
+      this.groupScheduled = false;
+      void this.flushGroup();
     });
   }
 
   private flushGroup(): Promise<void> {
-    const members = this.group;
-    this.group = [];
+    let n = 0;
+    let events = 0;
+    while (n < this.group.length && (n === 0 || events + this.group[n].weight <= GROUP_COMMIT_MAX_EVENTS)) events += this.group[n++].weight;
+    const members = this.group.splice(0, n);
     if (members.length === 0) return Promise.resolve();
     return this.exclusive(async () => {
       const results: ({ value: unknown } | { error: unknown })[] = [];
@@ -208,7 +236,7 @@ export class SqliteStorage implements Storage {
     }).catch((err: unknown) => {
       // BEGIN or COMMIT failed (busy, disk full): the whole group rolled back, nothing written.
       for (const member of members) member.reject(err);
-    });
+    }).finally(() => this.scheduleGroup());
   }
 
   /** Counts commits; the background checkpointer starts with the first writes (checkpointer.ts). */
