@@ -8,7 +8,14 @@ here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 if ! command -v protoc >/dev/null 2>&1 || ! command -v grpc_python_plugin >/dev/null 2>&1; then
   echo "clients/python/generate.sh: protoc and grpc_python_plugin are needed:" >&2
-  echo "  apt-get install protobuf-compiler protobuf-compiler-grpc" >&2
+  echo "  apt-get install protobuf-compiler protobuf-compiler-grpc libprotobuf-dev" >&2
+  exit 1
+fi
+# protoc finds the well-known types next to itself (../include); Debian ships them apart.
+wkt="$(dirname "$(command -v protoc)")/../include/google/protobuf/timestamp.proto"
+if [ ! -f "$wkt" ]; then
+  echo "clients/python/generate.sh: protoc's well-known types (google/protobuf/timestamp.proto) are missing:" >&2
+  echo "  apt-get install libprotobuf-dev" >&2
   exit 1
 fi
 out="$here/sessionstate/v1"
