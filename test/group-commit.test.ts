@@ -1,13 +1,13 @@
 /**
  * Group commit of the SQLite backend over a real file (WAL, as the service opens it): group
  * units submitted together share one commit, yet each stays atomic on its own and callers
- * hear back only after COMMIT.
+ * hear back only after COMMIT; a burst larger than GROUP_COMMIT_MAX_EVENTS commits in parts.
  */
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
-import { openDatabase } from "../src/core/sqlite/database.js";
-import { SqliteStorage } from "../src/core/sqlite/storage.js";
+import { openDatabase, openSqliteStorage } from "../src/core/sqlite/database.js";
+import { GROUP_COMMIT_MAX_EVENTS, SqliteStorage } from "../src/core/sqlite/storage.js";
 import { tempDir } from "./support/harness.js";
 
 describe("SQLite group commit", () => {
@@ -100,5 +100,58 @@ describe("SQLite group commit", () => {
     await storage.close();
     expect(rows()).toEqual(["a"]);
     expect(await answer).toBe(1);
+  });
+});
+
+describe("the bound on a SQLite group commit", () => {
+  const sessions = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ agentId: "a", sessionKey: `agent:a:${prefix}${i}` }));
+
+  it("takes at most GROUP_COMMIT_MAX_EVENTS events, each part answered before the next part runs; a heavier unit commits alone", async () => {
+    const commits: number[] = [];
+    const dir = tempDir();
+    const storage = openSqliteStorage({ path: join(dir.path, "state.db"), metrics: { groupCommitted: (units) => commits.push(units) } });
+    try {
+      storage.db.exec("CREATE TABLE written (unit INTEGER)");
+      const insert = storage.db.prepare("INSERT INTO written VALUES (?)");
+      const order: string[] = [];
+      const unitOf = (i: number, lock: { agentId: string; sessionKey: string }[]) =>
+        storage
+          .write(
+            async () => {
+              order.push(`run ${i}`);
+              insert.run(i);
+              return i;
+            },
+            { lock, group: true },
+          )
+          .then((v) => {
+            order.push(`answered ${v}`);
+            return v;
+          });
+
+      // Ten units of 100 events each, all arriving in one turn.
+      const hundred = sessions("s", 100);
+      expect(await Promise.all(Array.from({ length: 10 }, (_, i) => unitOf(i, hundred)))).toEqual([...Array(10).keys()]);
+      const perCommit = Math.floor(GROUP_COMMIT_MAX_EVENTS / 100);
+      const expected: number[] = [];
+      for (let left = 10; left > 0; left -= perCommit) expected.push(Math.min(perCommit, left));
+      expect(commits).toEqual(expected);
+      expect(order.indexOf(`answered ${perCommit - 1}`)).toBeLessThan(order.indexOf(`run ${perCommit}`));
+      expect(storage.db.prepare("SELECT count(*) FROM written").pluck().get()).toBe(10);
+
+      // Small units still share one commit.
+      commits.length = 0;
+      await Promise.all(Array.from({ length: 16 }, (_, i) => unitOf(100 + i, sessions(`one${i}-`, 1))));
+      expect(commits).toEqual([16]);
+
+      // A unit heavier than the bound is not refused: it commits alone, the next one after it.
+      commits.length = 0;
+      await Promise.all([unitOf(200, sessions("h", GROUP_COMMIT_MAX_EVENTS + 1)), unitOf(201, sessions("x", 1))]);
+      expect(commits).toEqual([1, 1]);
+      expect(storage.db.prepare("SELECT count(*) FROM written").pluck().get()).toBe(28);
+    } finally {
+      await storage.close();
+      dir.remove();
+    }
   });
 });

@@ -14,7 +14,7 @@ import {
   STARTS_AFTER_COMMITS,
 } from "../src/core/sqlite/checkpointer.js";
 import { existsSync, statSync } from "node:fs";
-import { GROUP_COMMIT_MAX_EVENTS, type SqliteStorage } from "../src/core/sqlite/storage.js";
+import type { SqliteStorage } from "../src/core/sqlite/storage.js";
 import { tempDir } from "./support/harness.js";
 
 const cleanups: (() => unknown)[] = [];
@@ -60,54 +60,6 @@ describe("SQLite storage", () => {
     await first.close();
     const again = openSqliteStorage({ path });
     await again.close();
-  });
-
-  describe("group commits", () => {
-    const sessions = (prefix: string, n: number) => Array.from({ length: n }, (_, i) => ({ agentId: "a", sessionKey: `agent:a:${prefix}${i}` }));
-
-    it("take at most GROUP_COMMIT_MAX_EVENTS events, each part answered before the next part runs; a heavier unit commits alone", async () => {
-      const commits: number[] = [];
-      const storage = openSqliteStorage({ path: scratch(), metrics: { groupCommitted: (units) => commits.push(units) } });
-      cleanups.push(() => storage.close());
-      storage.db.exec("CREATE TABLE written (unit INTEGER)");
-      const insert = storage.db.prepare("INSERT INTO written VALUES (?)");
-      const order: string[] = [];
-      const unitOf = (i: number, lock: { agentId: string; sessionKey: string }[]) =>
-        storage
-          .write(
-            async () => {
-              order.push(`run ${i}`);
-              insert.run(i);
-              return i;
-            },
-            { lock, group: true },
-          )
-          .then((v) => {
-            order.push(`answered ${v}`);
-            return v;
-          });
-
-      // Ten units of 100 events each, all arriving in one turn.
-      const hundred = sessions("s", 100);
-      expect(await Promise.all(Array.from({ length: 10 }, (_, i) => unitOf(i, hundred)))).toEqual([...Array(10).keys()]);
-      const perCommit = Math.floor(GROUP_COMMIT_MAX_EVENTS / 100);
-      const expected: number[] = [];
-      for (let left = 10; left > 0; left -= perCommit) expected.push(Math.min(perCommit, left));
-      expect(commits).toEqual(expected);
-      expect(order.indexOf(`answered ${perCommit - 1}`)).toBeLessThan(order.indexOf(`run ${perCommit}`));
-      expect(storage.db.prepare("SELECT count(*) FROM written").pluck().get()).toBe(10);
-
-      // Small units still share one commit.
-      commits.length = 0;
-      await Promise.all(Array.from({ length: 16 }, (_, i) => unitOf(100 + i, sessions(`one${i}-`, 1))));
-      expect(commits).toEqual([16]);
-
-      // A unit heavier than the bound is not refused: it commits alone, the next one after it.
-      commits.length = 0;
-      await Promise.all([unitOf(200, sessions("h", GROUP_COMMIT_MAX_EVENTS + 1)), unitOf(201, sessions("x", 1))]);
-      expect(commits).toEqual([1, 1]);
-      expect(storage.db.prepare("SELECT count(*) FROM written").pluck().get()).toBe(28);
-    });
   });
 
   describe("WAL checkpoints (background by default)", () => {
