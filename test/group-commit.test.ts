@@ -149,6 +149,15 @@ describe("the bound on a SQLite group commit", () => {
       await Promise.all([unitOf(200, sessions("h", GROUP_COMMIT_MAX_EVENTS + 1)), unitOf(201, sessions("x", 1))]);
       expect(commits).toEqual([1, 1]);
       expect(storage.db.prepare("SELECT count(*) FROM written").pluck().get()).toBe(28);
+
+      // Closing with a burst still queued commits all of it, in as many parts as it takes.
+      commits.length = 0;
+      const burst = Array.from({ length: 7 }, (_, i) => unitOf(300 + i, hundred));
+      await storage.close();
+      expect(await Promise.all(burst)).toEqual([300, 301, 302, 303, 304, 305, 306]);
+      const parts: number[] = [];
+      for (let left = 7; left > 0; left -= perCommit) parts.push(Math.min(perCommit, left));
+      expect(commits).toEqual(parts);
     } finally {
       await storage.close();
       dir.remove();

@@ -62,6 +62,77 @@ describe("SQLite storage", () => {
     await again.close();
   });
 
+  describe("reads that follow each other share one read transaction", () => {
+    function withItems(storage: SqliteStorage) {
+      storage.db.exec("CREATE TABLE items (id INTEGER PRIMARY KEY)");
+      const count = storage.db.prepare("SELECT count(*) FROM items").pluck();
+      return { count: () => count.get() as number, insert: storage.db.prepare("INSERT INTO items DEFAULT VALUES") };
+    }
+
+    it("share one snapshot while nothing of this process writes in between", async () => {
+      const path = scratch();
+      const storage = openSqliteStorage({ path });
+      cleanups.push(() => storage.close());
+      const items = withItems(storage);
+      // Another connection (the service never has one that writes: processLock.ts) commits
+      // while the first read runs; the read queued behind it still sees the first snapshot.
+      const other = new Database(path);
+      cleanups.push(() => other.close());
+      const [first, second] = await Promise.all([
+        storage.read(async () => {
+          const n = items.count();
+          other.prepare("INSERT INTO items DEFAULT VALUES").run();
+          return n;
+        }),
+        storage.read(async () => items.count()),
+      ]);
+      expect([first, second]).toEqual([0, 0]);
+      // The shared transaction ends with the loop turn: the next read sees the new row.
+      await new Promise((r) => setImmediate(r));
+      expect(storage.db.inTransaction).toBe(false);
+      expect(await storage.read(async () => items.count())).toBe(1);
+    });
+
+    it("end before a write, so a read queued after the write sees it", async () => {
+      const storage = openSqliteStorage({ path: scratch() });
+      cleanups.push(() => storage.close());
+      const items = withItems(storage);
+      const seen = await Promise.all([
+        storage.read(async () => items.count()),
+        storage.write(async () => items.insert.run()).then(() => -1),
+        storage.read(async () => items.count()),
+        storage.write(async () => items.insert.run()).then(() => -1),
+        storage.read(async () => items.count()),
+      ]);
+      expect(seen).toEqual([0, -1, 1, -1, 2]);
+    });
+
+    it("end when a read fails; the reads after it start their own", async () => {
+      const storage = openSqliteStorage({ path: scratch() });
+      cleanups.push(() => storage.close());
+      const items = withItems(storage);
+      const results = await Promise.allSettled([
+        storage.read(async () => items.count()),
+        storage.read(async () => storage.db.prepare("SELECT * FROM no_such_table").all()),
+        storage.read(async () => items.count()),
+      ]);
+      expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+      await new Promise((r) => setImmediate(r));
+      expect(storage.db.inTransaction).toBe(false);
+    });
+
+    it("end before the storage closes, which folds the WAL back", async () => {
+      const path = scratch();
+      const storage = openSqliteStorage({ path });
+      const items = withItems(storage);
+      await storage.write(async () => items.insert.run());
+      const read = storage.read(async () => items.count());
+      await storage.close();
+      expect(await read).toBe(1);
+      expect(existsSync(`${path}-wal`) ? statSync(`${path}-wal`).size : 0).toBe(0);
+    });
+  });
+
   describe("WAL checkpoints (background by default)", () => {
     const ROW = "x".repeat(2000);
     /** `commits` write transactions through the storage, each a few pages of log. */
@@ -76,7 +147,14 @@ describe("SQLite storage", () => {
       storage.db.exec("CREATE TABLE IF NOT EXISTS bulk (id INTEGER PRIMARY KEY, v TEXT)");
       return storage;
     }
-    const walPages = (storage: SqliteStorage) => (storage.db.pragma("wal_checkpoint(PASSIVE)") as { log: number }[])[0].log;
+    /** Pages in the log. -1 means the worker's checkpoint was running at that moment: ask again. */
+    async function walPages(storage: SqliteStorage): Promise<number> {
+      for (let attempt = 0; ; attempt++) {
+        const log = (storage.db.pragma("wal_checkpoint(PASSIVE)") as { log: number }[])[0].log;
+        if (log !== -1 || attempt === 200) return log;
+        await new Promise((r) => setTimeout(r, 5));
+      }
+    }
 
     it("starts the worker with the first writes, leaves the serving connection only the fallback, and lets the log restart", async () => {
       const path = scratch();
@@ -94,14 +172,14 @@ describe("SQLite storage", () => {
       expect(storage.db.pragma("wal_autocheckpoint", { simple: true })).toBe(FALLBACK_AUTOCHECKPOINT_PAGES);
       // More than the inline threshold of log: without the worker nothing would copy it now.
       await commit(storage, 400);
-      const before = walPages(storage);
+      const before = await walPages(storage);
       expect(before).toBeGreaterThan(INLINE_AUTOCHECKPOINT_PAGES);
       // The worker catches up with every page of the log on its own...
       const caughtUp = await worker!.nextPass((p) => p.log >= before && p.checkpointed === p.log);
       expect(caughtUp.checkpointed).toBe(caughtUp.log);
       // ...so the next write starts the log over from its beginning instead of growing it.
       await commit(storage, 1);
-      expect(walPages(storage)).toBeLessThan(50);
+      expect(await walPages(storage)).toBeLessThan(50);
       expect(logged).toEqual(["background WAL checkpoints started"]);
     });
 
@@ -115,7 +193,7 @@ describe("SQLite storage", () => {
       expect(storage.walCheckpointer).toBeDefined();
       const frame = (storage.db.pragma("page_size", { simple: true }) as number) + 24;
       // The fallback may find the worker mid-pass and try again at the next commit: a little over.
-      expect(walPages(storage)).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES);
+      expect(await walPages(storage)).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES);
       expect(statSync(`${path}-wal`).size).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
       expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 36_000 });
     });
