@@ -79,8 +79,6 @@ export class SqliteStorage implements Storage {
   private turn: Promise<unknown> = Promise.resolve();
   private group: GroupMember[] = [];
   private groupScheduled = false;
-  /** A read transaction is open, shared by the reads that follow each other in turn. */
-  private sharedRead = false;
   private closed = false;
   readonly description: { database: string; damagedAdvice: string };
   private readonly path: string;
@@ -133,9 +131,8 @@ export class SqliteStorage implements Storage {
    */
   read<T>(unit: (tx: Tx) => Promise<T>): Promise<T> {
     return this.exclusive(async () => {
-      if (!this.sharedRead || !this.db.inTransaction) {
+      if (!this.db.inTransaction) {
         this.stmt.beginRead.run();
-        this.sharedRead = true;
         this.endSharedReadSoon();
       }
       try {
@@ -148,10 +145,11 @@ export class SqliteStorage implements Storage {
     }, "read");
   }
 
-  /** Ends the shared read transaction, if one is open. */
+  /**
+   * Ends the shared read transaction, if one is open. Between units only a shared read can be
+   * open: every write unit commits or rolls back before its turn ends.
+   */
   private endSharedRead(rollback = false): void {
-    if (!this.sharedRead) return;
-    this.sharedRead = false;
     if (this.db.inTransaction) (rollback ? this.stmt.rollback : this.stmt.commit).run();
   }
 
