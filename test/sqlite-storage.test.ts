@@ -63,17 +63,19 @@ describe("SQLite storage", () => {
   });
 
   describe("reads that follow each other share one read transaction", () => {
-    function withItems(storage: SqliteStorage) {
+    /** A storage over a fresh file with an `items` table. */
+    function withItems(path = scratch()) {
+      const storage = openSqliteStorage({ path });
+      cleanups.push(() => storage.close());
       storage.db.exec("CREATE TABLE items (id INTEGER PRIMARY KEY)");
       const count = storage.db.prepare("SELECT count(*) FROM items").pluck();
-      return { count: () => count.get() as number, insert: storage.db.prepare("INSERT INTO items DEFAULT VALUES") };
+      return { storage, count: () => count.get() as number, insert: storage.db.prepare("INSERT INTO items DEFAULT VALUES") };
     }
 
     it("share one snapshot while nothing of this process writes in between", async () => {
       const path = scratch();
-      const storage = openSqliteStorage({ path });
-      cleanups.push(() => storage.close());
-      const items = withItems(storage);
+      const items = withItems(path);
+      const { storage } = items;
       // Another connection (the service never has one that writes: processLock.ts) commits
       // while the first read runs; the read queued behind it still sees the first snapshot.
       const other = new Database(path);
@@ -94,9 +96,8 @@ describe("SQLite storage", () => {
     });
 
     it("end before a write, so a read queued after the write sees it", async () => {
-      const storage = openSqliteStorage({ path: scratch() });
-      cleanups.push(() => storage.close());
-      const items = withItems(storage);
+      const items = withItems();
+      const { storage } = items;
       const seen = await Promise.all([
         storage.read(async () => items.count()),
         storage.write(async () => items.insert.run()).then(() => -1),
@@ -108,23 +109,29 @@ describe("SQLite storage", () => {
     });
 
     it("end when a read fails; the reads after it start their own", async () => {
-      const storage = openSqliteStorage({ path: scratch() });
-      cleanups.push(() => storage.close());
-      const items = withItems(storage);
+      const path = scratch();
+      const items = withItems(path);
+      const { storage } = items;
+      const other = new Database(path);
+      cleanups.push(() => other.close());
       const results = await Promise.allSettled([
         storage.read(async () => items.count()),
-        storage.read(async () => storage.db.prepare("SELECT * FROM no_such_table").all()),
+        storage.read(async () => {
+          other.prepare("INSERT INTO items DEFAULT VALUES").run();
+          throw new Error("this read fails");
+        }),
+        // A snapshot of its own: it sees what was committed while the failed read ran.
         storage.read(async () => items.count()),
       ]);
-      expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+      expect(results.map((r) => (r.status === "fulfilled" ? r.value : "failed"))).toEqual([0, "failed", 1]);
       await new Promise((r) => setImmediate(r));
       expect(storage.db.inTransaction).toBe(false);
     });
 
     it("end before the storage closes, which folds the WAL back", async () => {
       const path = scratch();
-      const storage = openSqliteStorage({ path });
-      const items = withItems(storage);
+      const items = withItems(path);
+      const { storage } = items;
       await storage.write(async () => items.insert.run());
       const read = storage.read(async () => items.count());
       await storage.close();
@@ -192,9 +199,11 @@ describe("SQLite storage", () => {
       await commit(storage, 12_000);
       expect(storage.walCheckpointer).toBeDefined();
       const frame = (storage.db.pragma("page_size", { simple: true }) as number) + 24;
-      // The fallback may find the worker mid-pass and try again at the next commit: a little over.
-      expect(await walPages(storage)).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES);
-      expect(statSync(`${path}-wal`).size).toBeLessThan(1.5 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
+      // The fallback may find the worker mid-pass and try again at the next commit, so the log
+      // goes past it — on a busy machine by up to half as much again (seen: 66 MB against a
+      // 41 MB fallback). Without the fallback it reaches about 200 MB.
+      expect(await walPages(storage)).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES);
+      expect(statSync(`${path}-wal`).size).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
       expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 36_000 });
     });
 
