@@ -69,6 +69,40 @@ describe("SQLite group commit", () => {
     expect(rows()).toEqual(["a", "c"]);
   });
 
+  it("runs a group without savepoints and, when a unit fails, runs it again with a savepoint per unit: each row is written once", async () => {
+    const calls: string[] = [];
+    const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
+    const units = group((name: string) => {
+      calls.push(name);
+      insert.run(name);
+      if (name.startsWith("fail")) throw new Error(`unit ${name} failed`);
+      return name;
+    });
+    const results = await Promise.allSettled(["a", "fail-b", "c"].map((name) => units.submit(name)));
+    expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
+    // Together: a, then fail-b fails and everything rolls back; apart: a, fail-b (rolled back alone), c.
+    expect(calls).toEqual(["a", "fail-b", "a", "fail-b", "c"]);
+    expect(rows()).toEqual(["a", "c"]);
+    expect(db.inTransaction).toBe(false);
+  });
+
+  it("fails a group of one unit without running it again, writing nothing", async () => {
+    const calls: string[] = [];
+    const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
+    const units = group((name: string) => {
+      calls.push(name);
+      insert.run(name);
+      throw new Error(`unit ${name} failed`);
+    });
+    await expect(units.submit("fail-a")).rejects.toThrow("unit fail-a failed");
+    expect(calls).toEqual(["fail-a"]);
+    expect(rows()).toEqual([]);
+    expect(db.inTransaction).toBe(false);
+    // The connection goes on.
+    const ok = insertingGroup();
+    expect(await ok.submit("b")).toBe(1);
+  });
+
   it("fails every unit of the group when SQLite abandons the whole transaction, writing nothing", async () => {
     const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
     const units = group((name: string) => {

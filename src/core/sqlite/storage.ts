@@ -6,10 +6,11 @@
  * - Units take turns on the connection (a promise chain): the rows answer synchronously, so
  *   a unit runs to its end within one turn of the event loop and nobody waits long.
  * - Group commit: group units that arrive while the event loop is busy (concurrent calls
- *   whose requests came together) run in one transaction, each in a savepoint of its own.
- *   N concurrent appends then pay for one WAL commit instead of N, while each stays atomic:
- *   a unit that throws rolls back to its savepoint and fails alone, and every caller hears
- *   back only after the shared COMMIT, so an answered write is exactly as durable as before.
+ *   whose requests came together) run in one transaction. N concurrent appends then pay for
+ *   one WAL commit instead of N, while each stays atomic: when a unit throws, the group runs
+ *   again with a savepoint per unit, so the failing one rolls back and fails alone; every
+ *   caller hears back only after the shared COMMIT, so an answered write is exactly as
+ *   durable as before.
  * - Storage failures leave as domain errors (storageFaults.ts).
  * - One serving process per file (processLock.ts): a second one would split notice delivery.
  */
@@ -47,6 +48,8 @@ import {
  * still commits, alone.
  */
 export const GROUP_COMMIT_MAX_EVENTS = 300;
+
+type GroupResult = { value: unknown } | { error: unknown };
 
 interface GroupMember {
   unit: (tx: Tx) => Promise<unknown>;
@@ -242,28 +245,7 @@ export class SqliteStorage implements Storage {
     const members = this.group.splice(0, n);
     if (members.length === 0) return Promise.resolve();
     return this.exclusive(async () => {
-      const results: ({ value: unknown } | { error: unknown })[] = [];
-      this.stmt.begin.run();
-      try {
-        for (const member of members) {
-          this.stmt.savepoint.run();
-          try {
-            results.push({ value: await member.unit(this.tx) });
-            this.stmt.release.run();
-          } catch (error) {
-            // Some failures (disk full, I/O) make SQLite roll back the whole transaction: then
-            // no unit of the group can commit, and running the rest would commit them one by one.
-            if (!this.db.inTransaction) throw error;
-            this.stmt.rollbackTo.run();
-            this.stmt.release.run();
-            results.push({ error: asDomainError(error, this.path) });
-          }
-        }
-        this.stmt.commit.run();
-      } catch (err) {
-        if (this.db.inTransaction) this.stmt.rollback.run();
-        throw err;
-      }
+      const results = (await this.runGroupTogether(members)) ?? (await this.runGroupApart(members));
       this.committed();
       this.options.metrics?.groupCommitted(members.length);
       results.forEach((r, i) => ("error" in r ? members[i].reject(r.error) : members[i].resolve(r.value)));
@@ -271,6 +253,65 @@ export class SqliteStorage implements Storage {
       // BEGIN or COMMIT failed (busy, disk full): the whole group rolled back, nothing written.
       for (const member of members) member.reject(err);
     }).finally(() => this.scheduleGroup());
+  }
+
+  /**
+   * The group's units one after another in one transaction, without savepoints: a savepoint
+   * makes SQLite copy every page a unit touches into a statement journal (a temporary file)
+   * first, which measured about as much as the unit's inserts themselves. Units rarely fail
+   * (an append is validated before it runs), so when one does, everything rolls back and
+   * the caller runs the group again with a savepoint per unit (`runGroupApart`); a group of
+   * one unit just fails. Undefined means "run it apart". Units may run twice: each attempt
+   * gets a fresh context (watchableStore.ts), and nothing leaves before the commit.
+   */
+  private async runGroupTogether(members: readonly GroupMember[]): Promise<GroupResult[] | undefined> {
+    const results: GroupResult[] = [];
+    this.stmt.begin.run();
+    try {
+      for (const member of members) results.push({ value: await member.unit(this.tx) });
+    } catch (error) {
+      if (this.db.inTransaction) this.stmt.rollback.run();
+      if (members.length === 1) return [{ error: asDomainError(error, this.path) }];
+      return undefined;
+    }
+    this.commitOrRollBack();
+    return results;
+  }
+
+  /** The group with a savepoint per unit: a unit that throws rolls back alone and fails alone. */
+  private async runGroupApart(members: readonly GroupMember[]): Promise<GroupResult[]> {
+    const results: GroupResult[] = [];
+    this.stmt.begin.run();
+    try {
+      for (const member of members) {
+        this.stmt.savepoint.run();
+        try {
+          results.push({ value: await member.unit(this.tx) });
+          this.stmt.release.run();
+        } catch (error) {
+          // Some failures (disk full, I/O) make SQLite roll back the whole transaction: then
+          // no unit of the group can commit, and running the rest would commit them one by one.
+          if (!this.db.inTransaction) throw error;
+          this.stmt.rollbackTo.run();
+          this.stmt.release.run();
+          results.push({ error: asDomainError(error, this.path) });
+        }
+      }
+    } catch (err) {
+      if (this.db.inTransaction) this.stmt.rollback.run();
+      throw err;
+    }
+    this.commitOrRollBack();
+    return results;
+  }
+
+  private commitOrRollBack(): void {
+    try {
+      this.stmt.commit.run();
+    } catch (err) {
+      if (this.db.inTransaction) this.stmt.rollback.run();
+      throw err;
+    }
   }
 
   /** Counts commits; the background checkpointer starts with the first writes (checkpointer.ts). */
