@@ -1,5 +1,5 @@
 import { invalidArgument } from "./errors.js";
-import { checkBytes, codePointName, oneLineViolation } from "./validation.js";
+import { PRINTABLE_ASCII, checkBytes, codePointName, oneLineViolation } from "./validation.js";
 
 /** A session's identity: the key plus the agent that owns it (SPEC §1). */
 export interface SessionId {
@@ -42,6 +42,11 @@ export function isNestedSessionKey(sessionKey: string): boolean {
 
 /** Why `key` breaks the key rule, or undefined when it follows it. Length is not checked here. */
 export function keyViolation(key: string): string | undefined {
+  // Printable ASCII breaks only the last two clauses (no Cf, and no whitespace but U+0020 there).
+  if (PRINTABLE_ASCII.test(key)) {
+    if (key.charCodeAt(0) === 0x20 || key.charCodeAt(key.length - 1) === 0x20) return "must not start or end with whitespace";
+    return key.includes('"') ? "must not contain '\"' (keys are quoted in notice text)" : undefined;
+  }
   const oneLine = oneLineViolation(key);
   if (oneLine !== undefined) return oneLine;
   if (FORMAT.test(key)) return `must not contain invisible format characters (found ${codePointName(key, FORMAT)})`;

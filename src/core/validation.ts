@@ -31,8 +31,12 @@ export function codePointName(value: string, re: RegExp): string {
   return "?";
 }
 
+/** Printable ASCII only: nothing the rule forbids can be in it (one pass, the usual case). */
+export const PRINTABLE_ASCII = /^[\x20-\x7e]*$/;
+
 /** Why `value` breaks the one-line rule, or undefined when it follows it. */
 export function oneLineViolation(value: string): string | undefined {
+  if (PRINTABLE_ASCII.test(value)) return undefined;
   if (LINE_BREAK.test(value)) return `must be one line (no line breaks; found ${codePointName(value, LINE_BREAK)})`;
   if (CONTROL.test(value)) return `must not contain control characters (found ${codePointName(value, CONTROL)})`;
   if (BIDI_CONTROL.test(value)) return `must not contain bidirectional controls (found ${codePointName(value, BIDI_CONTROL)})`;

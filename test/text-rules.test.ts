@@ -1,0 +1,55 @@
+/**
+ * The one-line rule and the key rule (validation.ts, keys.ts) take a one-pass shortcut for
+ * printable ASCII. These properties hold the shortcut to the rules as written: for any
+ * string, the answer equals the one a check of each clause in turn gives.
+ */
+import fc from "fast-check";
+import { describe, expect, it } from "vitest";
+import { keyViolation } from "../src/core/keys.js";
+import { oneLineViolation } from "../src/core/validation.js";
+
+/** Each clause of the one-line rule on its own (SPEC: one-line text fields). */
+function oneLineByClause(value: string): boolean {
+  return (
+    !/[\n\v\f\r\u0085\u2028\u2029]/u.test(value) &&
+    !/\p{Cc}/u.test(value) &&
+    !/\p{Bidi_Control}/u.test(value) &&
+    !value.includes("\ufeff") &&
+    !/[\uD800-\uDFFF]/u.test(value)
+  );
+}
+
+/** Each clause of the key rule on its own. */
+function keyByClause(key: string): boolean {
+  return oneLineByClause(key) && !/\p{Cf}/u.test(key) && !/[^\S ]/u.test(key) && key.trim() === key && !key.includes('"');
+}
+
+/** Mostly printable ASCII, with the characters each clause is about mixed in. */
+const tricky = fc.constantFrom(" ", '"', "\t", "\n", "\r", "\x00", "\x7f", "\x85", "\u00a0", "\u00ad", "\u200b", "\u200e", "\u2028", "\u3000", "\ufeff", "\ud800", "é", "😀");
+const text = fc.array(fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)) }, { weight: 1, arbitrary: tricky }), { maxLength: 24 }).map((parts) => parts.join(""));
+
+describe("text rules", () => {
+  it("oneLineViolation answers as the clauses do, for ASCII and for anything else", () => {
+    fc.assert(
+      fc.property(fc.oneof(text, fc.string({ unit: "binary" })), (value) => {
+        expect(oneLineViolation(value) === undefined).toBe(oneLineByClause(value));
+      }),
+      { numRuns: 5000 },
+    );
+  });
+
+  it("keyViolation answers as the clauses do, with the same message for the ASCII cases", () => {
+    fc.assert(
+      fc.property(fc.oneof(text, fc.string({ unit: "binary" })), (key) => {
+        expect(keyViolation(key) === undefined).toBe(keyByClause(key));
+      }),
+      { numRuns: 5000 },
+    );
+    expect(keyViolation(" agent:a:b")).toBe("must not start or end with whitespace");
+    expect(keyViolation("agent:a:b ")).toBe("must not start or end with whitespace");
+    expect(keyViolation('agent:a:"b')).toBe("must not contain '\"' (keys are quoted in notice text)");
+    expect(keyViolation("agent:a:b\u00a0")).toContain("whitespace other than the plain space");
+    expect(keyViolation("")).toBeUndefined();
+    expect(oneLineViolation("a\tb")).toContain("control characters");
+  });
+});
