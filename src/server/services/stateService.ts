@@ -5,12 +5,14 @@ import type { SessionState } from "../../core/sessionState.js";
 import type { SessionTools } from "../../core/sessionTools.js";
 import {
   AppendEventStreamResponseSchema,
+  AppendEventsResponseSchema,
   AppendResultSchema,
   GetStatusResponseSchema,
   StateChangesSchema,
   StateService,
   type AppendEventStreamRequest,
   type AppendEventStreamResponse,
+  type AppendEventsResponse,
   type AppendResult,
   type EventInput,
   type StateChanges,
@@ -21,7 +23,8 @@ import { POLICY } from "../auth/policy.js";
 import { toConnectError } from "../errors.js";
 import type { Logger } from "../logger.js";
 import type { StorageWatch } from "../storageHealth.js";
-import type { ChangesPage } from "../../core/model.js";
+import type { AppendOutcome, ChangesPage } from "../../core/model.js";
+import { appendResultsField } from "../appendResultWire.js";
 import { EventWireCache, isBinaryCall } from "../eventWire.js";
 import { actorTypes, eventKinds, eventMessage, int64, msOf, routeMessage, routeOf, runOutcomes, sessionMessage } from "../convert.js";
 import { requesterOf } from "../convertTranscript.js";
@@ -33,8 +36,9 @@ export function stateService(
   wire: EventWireCache = new EventWireCache(),
 ): ServiceImpl<typeof StateService> {
   return {
-    async appendEvents(req) {
-      return appendBatch(core, req.events);
+    async appendEvents(req, ctx) {
+      const outcomes = await appendBatch(core, req.events);
+      return withResults(create(AppendEventsResponseSchema), outcomes, isBinaryCall(ctx.requestHeader, ctx.url), RESULTS_OF_CALL);
     },
 
     appendEventStream: (requests, ctx) => appendEventStream(core, requests, ctx, stream),
@@ -88,9 +92,9 @@ function changesMessage(changes: ChangesPage): StateChanges {
   });
 }
 
-/** One AppendEvents batch: the events mapped for the core, its outcomes mapped back. */
-async function appendBatch(core: SessionState, events: EventInput[]): Promise<{ results: AppendResult[] }> {
-  const outcomes = await core.appendEvents(
+/** One AppendEvents batch: the events mapped for the core, its outcomes. */
+function appendBatch(core: SessionState, events: EventInput[]): Promise<AppendOutcome[]> {
+  return core.appendEvents(
     events.map((e, i) => ({
       sessionKey: e.session?.sessionKey ?? "",
       agentId: e.session?.agentId ?? "",
@@ -109,17 +113,30 @@ async function appendBatch(core: SessionState, events: EventInput[]): Promise<{ 
       watcherSessionKeys: e.watcherSessionKeys,
     })),
   );
-  return {
-    results: outcomes.map((o) =>
-      create(AppendResultSchema, {
-        sequence: BigInt(o.sequence),
-        stateVersion: BigInt(o.stateVersion),
-        duplicate: o.duplicate,
-        recorded: o.recorded,
-        reason: o.reason,
-      }),
-    ),
-  };
+}
+
+const RESULTS_OF_CALL = AppendEventsResponseSchema.field.results.number;
+const RESULTS_OF_STREAM = AppendEventStreamResponseSchema.field.results.number;
+
+/**
+ * The outcomes as the response's `results` (field `field`): over a binary protocol written
+ * straight to their bytes (appendResultWire.ts), else as messages.
+ */
+function withResults<R extends AppendEventsResponse | AppendEventStreamResponse>(response: R, outcomes: readonly AppendOutcome[], binary: boolean, field: number): R {
+  const raw = binary ? appendResultsField(outcomes, field) : undefined;
+  if (raw !== undefined) response.$unknown = raw;
+  else response.results = outcomes.map(resultMessage);
+  return response;
+}
+
+function resultMessage(o: AppendOutcome): AppendResult {
+  return create(AppendResultSchema, {
+    sequence: BigInt(o.sequence),
+    stateVersion: BigInt(o.stateVersion),
+    duplicate: o.duplicate,
+    recorded: o.recorded,
+    reason: o.reason,
+  });
 }
 
 export const DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT = 64;
@@ -152,6 +169,7 @@ async function* appendEventStream(
 ): AsyncGenerator<AppendEventStreamResponse> {
   const principal = ctx.values.get(principalKey);
   const rule = POLICY.get(APPEND_EVENTS);
+  const binary = isBinaryCall(ctx.requestHeader, ctx.url);
   const ready: AppendEventStreamResponse[] = [];
   let inFlight = 0;
   let readDone = false;
@@ -174,8 +192,8 @@ async function* appendEventStream(
         });
         if (denial !== undefined) throw new ConnectError(denial, Code.PermissionDenied);
       }
-      const { results } = await appendBatch(core, req.events);
-      return create(AppendEventStreamResponseSchema, { batchId: req.batchId, results });
+      const outcomes = await appendBatch(core, req.events);
+      return withResults(create(AppendEventStreamResponseSchema, { batchId: req.batchId }), outcomes, binary, RESULTS_OF_STREAM);
     } catch (err) {
       const error = toConnectError(err, settings.logger, APPEND_EVENT_STREAM, settings.storage);
       return create(AppendEventStreamResponseSchema, { batchId: req.batchId, error: { code: error.code, message: error.rawMessage } });
