@@ -13,7 +13,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { SETTINGS } from "../src/cli/config.js";
 import { clientsFor, startTestServer, tempDir, type TestServer } from "./support/harness.js";
-import { killAllServerProcesses, stablePort, startServerProcess } from "./faults/support/serverProcess.js";
+import { killAllServerProcesses, startServerProcess } from "./faults/support/serverProcess.js";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const VERSION = JSON.parse(readFileSync(join(ROOT, "package.json"), "utf8")).version as string;
@@ -150,7 +150,7 @@ describe("sessionstate backup and check", () => {
     const dir = tempDir("sessionstate-backup-");
     dirs.push(dir);
     const db = join(dir.path, "state.db");
-    const server = await startServerProcess({ port: await stablePort(), db, args: ["--prune-interval", "0", "--retention-rows", "1000000"] });
+    const server = await startServerProcess({ port: "any", db, args: ["--prune-interval", "0", "--retention-rows", "1000000"] });
     const c = clientsFor(server.url, "grpc");
     const keys = ["agent:bk:s0", "agent:bk:s1", "agent:bk:s2"];
     for (const key of keys) await c.sessions.upsertSession({ session: { sessionKey: key } });

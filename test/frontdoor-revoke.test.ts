@@ -12,7 +12,7 @@ import { Health } from "../gen/grpc/health/v1/health_pb.js";
 import { UpstreamService } from "../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../gen/sessionstate/v1/watch_pb.js";
 import { generateSecret, hashSecret } from "../src/server/auth/tokens.js";
-import { killAllServerProcesses, stablePort, startServerProcess } from "./faults/support/serverProcess.js";
+import { killAllServerProcesses, startServerProcess } from "./faults/support/serverProcess.js";
 import { tempDir, transportFor } from "./support/harness.js";
 import { eventually } from "./support/rawHttp.js";
 
@@ -51,7 +51,7 @@ describe("token reload", () => {
     const tokens = join(dir.path, "tokens.json");
     writeFileSync(tokens, JSON.stringify({ tokens: [ENTRY.leaked, ENTRY.node, ENTRY.kept, ENTRY.dashboard] }));
     const s = await startServerProcess({
-      port: await stablePort(),
+      port: "any",
       db: join(dir.path, "state.db"),
       args: ["--tokens", tokens, "--heartbeat", "1", "--log-level", "info"],
     });

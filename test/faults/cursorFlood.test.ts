@@ -16,7 +16,7 @@ import type { MessageInitShape } from "@bufbuild/protobuf";
 import { WatchService, type ListWatchCursorsRequestSchema } from "../../gen/sessionstate/v1/watch_pb.js";
 import { serverConfig } from "../../src/cli/config.js";
 import { tempDir } from "../support/harness.js";
-import { killAllServerProcesses, stablePort, startServerProcess, type ServerProcess } from "./support/serverProcess.js";
+import { killAllServerProcesses, startServerProcess, type ServerProcess } from "./support/serverProcess.js";
 
 const LIMIT = 300;
 const TARGET = "agent:flood:target";
@@ -51,7 +51,7 @@ async function allPages(request: MessageInitShape<typeof ListWatchCursorsRequest
 
 beforeAll(async () => {
   server = await startServerProcess({
-    port: await stablePort(),
+    port: "any",
     db: join(dir.path, "state.db"),
     args: ["--max-watchers-per-target", String(LIMIT), "--prune-interval", "0"],
   });

@@ -15,7 +15,7 @@ import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
 import { tempDir } from "../support/harness.js";
 import { user } from "../support/sessionTools.js";
-import { killAllServerProcesses, ROOT, stablePort, startServerProcess, type ServerProcess } from "./support/serverProcess.js";
+import { killAllServerProcesses, ROOT, startServerProcess, type ServerProcess } from "./support/serverProcess.js";
 
 const dir = tempDir("sessionstate-redos-");
 const SESSION = { sessionKey: "agent:main:main" };
@@ -25,7 +25,7 @@ let server: ServerProcess;
 
 beforeAll(async () => {
   server = await startServerProcess({
-    port: await stablePort(),
+    port: "any",
     db: join(dir.path, "state.db"),
     args: ["--redact-patterns", JSON.stringify(["(a+)+$"]), "--prune-interval", "0"],
   });

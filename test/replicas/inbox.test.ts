@@ -9,7 +9,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SendStatus } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { VisibilityMode } from "../../gen/sessionstate/v1/requester_pb.js";
 import { SessionKind } from "../../gen/sessionstate/v1/session_pb.js";
-import { killAllServerProcesses, stablePort, startServerProcess, type ServerProcess } from "../faults/support/serverProcess.js";
+import { killAllServerProcesses, startServerProcess, type ServerProcess } from "../faults/support/serverProcess.js";
 import { clientsFor, type Clients } from "../support/harness.js";
 import { InboxStream } from "../support/inbox.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
@@ -27,7 +27,7 @@ afterAll(async () => {
 });
 
 async function replica(): Promise<ServerProcess & { clients: Clients }> {
-  const r = await startServerProcess({ port: await stablePort(), db: database.url, args: ["--pg-pool-size", "4", "--prune-interval", "0", "--heartbeat", "1"] });
+  const r = await startServerProcess({ port: "any", db: database.url, args: ["--pg-pool-size", "4", "--prune-interval", "0", "--heartbeat", "1"] });
   replicas.push(r);
   return Object.assign(r, { clients: clientsFor(r.url, "grpc") });
 }

@@ -10,7 +10,7 @@ import { join } from "node:path";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { SessionKind } from "../../gen/sessionstate/v1/session_pb.js";
 import { UpstreamKind, UpstreamService } from "../../gen/sessionstate/v1/upstream_pb.js";
-import { killAllServerProcesses, ROOT, stablePort, startServerProcess, type ServerProcess } from "../faults/support/serverProcess.js";
+import { killAllServerProcesses, ROOT, startServerProcess, type ServerProcess } from "../faults/support/serverProcess.js";
 import { clientsFor, tempDir, transportFor } from "../support/harness.js";
 import { NoticeStream } from "../support/notices.js";
 import { createTestDatabase, type TestDatabase } from "../support/postgres.js";
@@ -42,7 +42,7 @@ const human = (text: string, uuid: string) =>
 describe("upstream monitoring across replicas", () => {
   it("a Node on another replica than the tick's leader gets its checks; the tick fails over to a survivor", async () => {
     const start = async () =>
-      startServerProcess({ port: await stablePort(), db: database.url, args: ["--pg-pool-size", "3", "--upstream-interval", String(INTERVAL_MS)] });
+      startServerProcess({ port: "any", db: database.url, args: ["--pg-pool-size", "3", "--upstream-interval", String(INTERVAL_MS)] });
     // A alone for a few intervals, so it takes the lead of the tick; B cannot take it while A lives.
     const a = await start();
     replicas.push(a);

@@ -8,7 +8,7 @@
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";
 import { spawn, type ChildProcess } from "node:child_process";
-import { existsSync, readFileSync } from "node:fs";
+import { existsSync, readFileSync, readdirSync, readlinkSync } from "node:fs";
 import { connect, createServer as createNetServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -72,7 +72,11 @@ export function killAllServerProcesses(): void {
 }
 
 export interface StartOptions {
-  port: number;
+  /**
+   * The port to serve on; "any": a free one from stablePort(), picked again (up to 5 times)
+   * when a parallel test's server took it first.
+   */
+  port: number | "any";
   db: string;
   /** More `serve` flags, e.g. ["--retention-rows", "100"]. */
   args?: string[];
@@ -83,6 +87,20 @@ export interface StartOptions {
 }
 
 export async function startServerProcess(options: StartOptions): Promise<ServerProcess> {
+  if (options.port !== "any") return startOnPort({ ...options, port: options.port });
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await startOnPort({ ...options, port: await stablePort() });
+    } catch (err) {
+      if (!(err instanceof PortTakenError) || attempt === 5) throw err;
+    }
+  }
+}
+
+/** The server exited at start-up because another process listens on its port. */
+class PortTakenError extends Error {}
+
+async function startOnPort(options: StartOptions & { port: number }): Promise<ServerProcess> {
   if (!existsSync(SERVER_BUNDLE)) throw new Error(`${SERVER_BUNDLE} is missing: run \`npm run build\``);
   const started = performance.now();
   const child = spawn(
@@ -103,9 +121,12 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
   const url = `http://127.0.0.1:${options.port}`;
   let gone = false;
   void exited.then(() => (gone = true));
-  await waitServing(url, () => gone, options.readyTimeoutMs ?? 30_000, options.readyWhen === "answering").catch((err: Error) => {
+  await waitServing(url, () => gone, options.readyTimeoutMs ?? 30_000, options.readyWhen === "answering", child.pid).catch(async (err: Error) => {
     child.kill("SIGKILL");
-    throw new Error(`${err.message}; server output: ${output}`);
+    // Everything it wrote: its pipes close after the exit.
+    await Promise.all([child.stdout!, child.stderr!].map((pipe) => (pipe.closed ? undefined : new Promise((resolve) => pipe.once("close", resolve)))));
+    const message = `${err.message}; server output: ${output}`;
+    throw output.includes("EADDRINUSE") ? new PortTakenError(message) : new Error(message);
   });
   const startupMs = performance.now() - started;
   return {
@@ -132,10 +153,13 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
  * probed with bare TCP connects first (every few ms, cheap), since the server listens
  * only once the database is open, recovered and pruned.
  */
-export async function waitServing(url: string, gone: () => boolean, timeoutMs: number, anyStatus = false): Promise<void> {
+export async function waitServing(url: string, gone: () => boolean, timeoutMs: number, anyStatus = false, pid?: number): Promise<void> {
   const { hostname, port } = new URL(url);
   const deadline = performance.now() + timeoutMs;
-  const listening = () =>
+  // With a pid: that process must be the one listening (another test's server may hold the port).
+  const listening = (): Promise<boolean> =>
+    pid !== undefined && existsSync("/proc/net/tcp") ? Promise.resolve(listensOn(pid, Number(port))) : accepts();
+  const accepts = () =>
     new Promise<boolean>((resolve) => {
       const socket = connect({ host: hostname, port: Number(port) });
       socket.once("connect", () => {
@@ -157,4 +181,38 @@ export async function waitServing(url: string, gone: () => boolean, timeoutMs: n
     if (performance.now() > deadline) throw new Error(`server at ${url} not SERVING after ${timeoutMs} ms`);
     await new Promise((resolve) => setTimeout(resolve, 5));
   }
+}
+
+/** Whether process `pid` holds a listening TCP socket on `port` (Linux: its descriptors against /proc/net/tcp*). */
+export function listensOn(pid: number, port: number): boolean {
+  const inodes = new Set<string>();
+  let fds: string[];
+  try {
+    fds = readdirSync(`/proc/${pid}/fd`);
+  } catch {
+    return false; // gone
+  }
+  for (const fd of fds) {
+    try {
+      const m = /^socket:\[(\d+)\]$/.exec(readlinkSync(`/proc/${pid}/fd/${fd}`));
+      if (m) inodes.add(m[1]);
+    } catch {
+      // closed meanwhile
+    }
+  }
+  const hexPort = port.toString(16).toUpperCase().padStart(4, "0");
+  for (const table of ["/proc/net/tcp", "/proc/net/tcp6"]) {
+    let lines: string[];
+    try {
+      lines = readFileSync(table, "utf8").split("\n").slice(1);
+    } catch {
+      continue;
+    }
+    for (const line of lines) {
+      // sl local_address rem_address st tx_queue:rx_queue tr:tm->when retrnsmt uid timeout inode
+      const f = line.trim().split(/\s+/);
+      if (f.length > 9 && f[3] === "0A" && f[1].endsWith(`:${hexPort}`) && inodes.has(f[9])) return true;
+    }
+  }
+  return false;
 }
