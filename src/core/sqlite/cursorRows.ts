@@ -32,8 +32,13 @@ export class SqliteCursorRows implements CursorRows {
       targetsOfWatcher: p(`SELECT target_agent_id, target_key FROM session_watch_cursors WHERE watcher_key = ?`),
       countOnTarget: p(`SELECT count(*) AS n FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ?`),
       hasOnTarget: p(`SELECT 1 FROM session_watch_cursors WHERE target_agent_id = ? AND target_key = ? LIMIT 1`),
-      // The condition `notified <= last_seen` matches the partial index cursors_idle_by_target.
-      idleOnTarget: limited(`${FROM} WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?
+      // The condition `notified <= last_seen` matches the partial index cursors_idle_by_target,
+      // named because the planner, without statistics, took cursors_by_target and read every
+      // cursor on the target: on a target whose 10,000 watchers have a notice pending, each
+      // append read all 10,000 rows to find no idle one (SPEC §3.2: later events cost no
+      // per-watcher work).
+      idleOnTarget: limited(`${FROM} INDEXED BY cursors_idle_by_target
+        WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?
         ORDER BY watcher_key LIMIT ?`),
       pendingOfAgent: p(`${FROM} WHERE watcher_agent_id = ? AND notified > last_seen
         ORDER BY watcher_key, target_agent_id, target_key`),

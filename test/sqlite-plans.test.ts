@@ -1,0 +1,33 @@
+/**
+ * Query plans the notice protocol depends on (SPEC §3.2: once a target's watchers have a
+ * notice pending, later events cost no per-watcher work). SQLite plans without statistics,
+ * so a plan that reads every cursor of a target shows only under load (the bench's later
+ * appends while 10,000 notices are pending): this test reads the plan itself.
+ */
+import Database from "better-sqlite3";
+import { join } from "node:path";
+import { afterEach, beforeEach, describe, expect, it } from "vitest";
+import { openDatabase } from "../src/core/sqlite/database.js";
+import { SqliteCursorRows } from "../src/core/sqlite/cursorRows.js";
+import { tempDir } from "./support/harness.js";
+
+describe("SQLite query plans of the cursors", () => {
+  let dir: { path: string; remove(): void };
+  let db: Database.Database;
+
+  beforeEach(() => {
+    dir = tempDir();
+    db = openDatabase({ path: join(dir.path, "state.db") });
+  });
+  afterEach(() => {
+    if (db.open) db.close();
+    dir.remove();
+  });
+
+  it("looks for a target's idle watchers in the partial index of idle cursors, not among all its cursors", () => {
+    const rows = new SqliteCursorRows(db) as unknown as { stmt: { idleOnTarget: { sql: string } } };
+    const sql = rows.stmt.idleOnTarget.sql.replace(/LIMIT \?\s*$/, "LIMIT 256");
+    const plan = (db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all("fan", "agent:fan:target", "") as { detail: string }[]).map((r) => r.detail).join("; ");
+    expect(plan).toContain("USING INDEX cursors_idle_by_target");
+  });
+});
