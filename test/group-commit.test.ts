@@ -38,9 +38,11 @@ describe("SQLite group commit", () => {
     return { submit: (name: string) => storage.write(async () => unit(name), { group: true }) };
   }
 
-  function insertingGroup(seenByReader: string[][] = []) {
+  /** Inserts each name; a name starting with "fail" is inserted, then its unit throws. `calls`: every run of a unit. */
+  function insertingGroup(seenByReader: string[][] = [], calls: string[] = []) {
     const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
     return group((name: string) => {
+      calls.push(name);
       seenByReader.push(rows());
       if (name.startsWith("fail")) {
         insert.run(name);
@@ -71,13 +73,7 @@ describe("SQLite group commit", () => {
 
   it("runs a group without savepoints and, when a unit fails, runs it again with a savepoint per unit: each row is written once", async () => {
     const calls: string[] = [];
-    const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
-    const units = group((name: string) => {
-      calls.push(name);
-      insert.run(name);
-      if (name.startsWith("fail")) throw new Error(`unit ${name} failed`);
-      return name;
-    });
+    const units = insertingGroup([], calls);
     const results = await Promise.allSettled(["a", "fail-b", "c"].map((name) => units.submit(name)));
     expect(results.map((r) => r.status)).toEqual(["fulfilled", "rejected", "fulfilled"]);
     // Together: a, then fail-b fails and everything rolls back; apart: a, fail-b (rolled back alone), c.
@@ -88,19 +84,13 @@ describe("SQLite group commit", () => {
 
   it("fails a group of one unit without running it again, writing nothing", async () => {
     const calls: string[] = [];
-    const insert = db.prepare("INSERT INTO items (name) VALUES (?)");
-    const units = group((name: string) => {
-      calls.push(name);
-      insert.run(name);
-      throw new Error(`unit ${name} failed`);
-    });
+    const units = insertingGroup([], calls);
     await expect(units.submit("fail-a")).rejects.toThrow("unit fail-a failed");
     expect(calls).toEqual(["fail-a"]);
     expect(rows()).toEqual([]);
     expect(db.inTransaction).toBe(false);
     // The connection goes on.
-    const ok = insertingGroup();
-    expect(await ok.submit("b")).toBe(1);
+    expect(await units.submit("b")).toBe(1);
   });
 
   it("fails every unit of the group when SQLite abandons the whole transaction, writing nothing", async () => {

@@ -42,15 +42,13 @@ export function isNestedSessionKey(sessionKey: string): boolean {
 
 /** Why `key` breaks the key rule, or undefined when it follows it. Length is not checked here. */
 export function keyViolation(key: string): string | undefined {
-  // Printable ASCII breaks only the last two clauses (no Cf, and no whitespace but U+0020 there).
-  if (PRINTABLE_ASCII.test(key)) {
-    if (key.charCodeAt(0) === 0x20 || key.charCodeAt(key.length - 1) === 0x20) return "must not start or end with whitespace";
-    return key.includes('"') ? "must not contain '\"' (keys are quoted in notice text)" : undefined;
+  // Printable ASCII holds nothing the first three clauses forbid (checked in one pass).
+  if (!PRINTABLE_ASCII.test(key)) {
+    const oneLine = oneLineViolation(key);
+    if (oneLine !== undefined) return oneLine;
+    if (FORMAT.test(key)) return `must not contain invisible format characters (found ${codePointName(key, FORMAT)})`;
+    if (OTHER_WHITESPACE.test(key)) return `must not contain whitespace other than the plain space (found ${codePointName(key, OTHER_WHITESPACE)})`;
   }
-  const oneLine = oneLineViolation(key);
-  if (oneLine !== undefined) return oneLine;
-  if (FORMAT.test(key)) return `must not contain invisible format characters (found ${codePointName(key, FORMAT)})`;
-  if (OTHER_WHITESPACE.test(key)) return `must not contain whitespace other than the plain space (found ${codePointName(key, OTHER_WHITESPACE)})`;
   if (key.trim() !== key) return "must not start or end with whitespace";
   if (key.includes('"')) return "must not contain '\"' (keys are quoted in notice text)";
   return undefined;

@@ -21,6 +21,8 @@ const REASON = AppendResultSchema.field.reason.number;
 
 const utf8 = new TextEncoder();
 
+const isVarintSafe = (n: number) => Number.isSafeInteger(n) && n >= 0;
+
 /** A non-negative safe integer as a varint. */
 function varint(out: number[], n: number): void {
   while (n >= 0x80) {
@@ -37,7 +39,7 @@ function varint(out: number[], n: number): void {
  * the typed path).
  */
 function resultEntry(o: AppendOutcome): Uint8Array | undefined {
-  for (const n of [o.sequence, o.stateVersion]) if (!Number.isSafeInteger(n) || n < 0) return undefined;
+  if (!isVarintSafe(o.sequence) || !isVarintSafe(o.stateVersion)) return undefined;
   const body: number[] = [];
   if (o.sequence !== 0) {
     varint(body, SEQUENCE << 3);

@@ -157,8 +157,8 @@ export async function waitServing(url: string, gone: () => boolean, timeoutMs: n
   const { hostname, port } = new URL(url);
   const deadline = performance.now() + timeoutMs;
   // With a pid: that process must be the one listening (another test's server may hold the port).
-  const listening = (): Promise<boolean> =>
-    pid !== undefined && existsSync("/proc/net/tcp") ? Promise.resolve(listensOn(pid, Number(port))) : accepts();
+  const byPid = pid !== undefined && existsSync("/proc/net/tcp");
+  const listening = (): Promise<boolean> => (byPid ? Promise.resolve(listensOn(pid, Number(port))) : accepts());
   const accepts = () =>
     new Promise<boolean>((resolve) => {
       const socket = connect({ host: hostname, port: Number(port) });
