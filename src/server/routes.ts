@@ -24,6 +24,7 @@ import { upstreamService, type UpstreamRouteSettings } from "./services/upstream
 import { watchService, type StreamSettings } from "./services/watchService.js";
 import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
+import { BINARY_APPEND_METHODS } from "./appendRequestWire.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
 export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService, MessagingService, TaskService, DeliveryService] as const;
@@ -44,15 +45,16 @@ export function routes(
   messaging: Messaging,
   coordination: CoordinationRoutes,
 ) {
-  return (router: ConnectRouter) => {
-    router.service(
-      StateService,
-      stateService(core, tools, {
-        maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
-        logger,
-        ...(upstream.storage ? { storage: upstream.storage } : {}),
-      }),
-    );
+  return (router: ConnectRouter, binary: ConnectRouter) => {
+    const state = stateService(core, tools, {
+      maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
+      logger,
+      ...(upstream.storage ? { storage: upstream.storage } : {}),
+    });
+    router.service(StateService, state);
+    // Binary appends read their events by hand; readAppendRequests() gives the handlers typed requests.
+    binary.rpc(BINARY_APPEND_METHODS.appendEvents, state.appendEvents as never);
+    binary.rpc(BINARY_APPEND_METHODS.appendEventStream, state.appendEventStream as never);
     router.service(SessionService, sessionService(core, tools, logger));
     router.service(WatchService, watchService(core, streams));
     router.service(TranscriptService, transcriptService(tools));

@@ -5,6 +5,7 @@
  * authorization from the headers, probes, metrics), with the singleton jobs (pruning, the
  * upstream tick) on their timers and a graceful stop.
  */
+import { readAppendRequests } from "./appendRequestWire.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { setMaxListeners } from "node:events";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
@@ -297,7 +298,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
       maxBatchesInFlight: options.maxStreamBatchesInFlight ?? DEFAULTS.maxStreamBatchesInFlight,
     }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }),
-    interceptors: [errorMapping(logger, storageHealth)],
+    // Binary append requests become typed before authorization reads their events (appendRequestWire.ts).
+    interceptors: [errorMapping(logger, storageHealth), readAppendRequests()],
     // The storage gate runs after authorization, so only an authorized caller learns of the damage.
     afterAuthorization: [storageGate(storageHealth)],
     shutdownSignal: shutdown.signal,

@@ -42,7 +42,8 @@ export interface FrontDoorOptions {
   host: string;
   port: number;
   tls?: TlsOptions;
-  routes(router: ConnectRouter): void;
+  /** `binary`: handlers that take only the binary requests of their paths (rpcHandler.ts). */
+  routes(router: ConnectRouter, binary: ConnectRouter): void;
   /** The service's own interceptors (error mapping); authorization and the call log are added. */
   interceptors: Interceptor[];
   /** Interceptors that run after authorization (only authorized callers reach them). */

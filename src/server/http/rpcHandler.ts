@@ -9,6 +9,9 @@
  * 3. once the response is complete, the rest of an unread body is refused (HTTP/2
  *    RST_STREAM NO_ERROR, RFC 9113 §8.1; HTTP/1.1 closes the connection);
  * 4. the per-RPC log line and metrics (callLog.ts).
+ * A path may have a second handler for binary requests (Connect, gRPC and gRPC-Web with
+ * protobuf): the routes register it on the second router they are given; JSON requests on that
+ * path take the first.
  */
 import { createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
 import {
@@ -32,7 +35,8 @@ type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 
 export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "interceptors" | "readMaxBytes" | "writeMaxBytes" | "compressMinBytes" | "shutdownSignal"> {
-  routes(router: ConnectRouter): void;
+  /** `binary`: handlers that take the binary requests of their paths (see above). */
+  routes(router: ConnectRouter, binary: ConnectRouter): void;
   /** Context values of each call (the peer and the call record are added). */
   contextValues(req: NodeRequest): ContextValues;
   /** Absent: no authentication (no token file). */
@@ -46,7 +50,7 @@ export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "intercept
 
 /** Returns the handler: true when it took the request (its path is an RPC), false otherwise. */
 export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest, res: NodeResponse) => boolean {
-  const router = createConnectRouter({
+  const routerOptions = {
     interceptors: options.interceptors,
     readMaxBytes: options.readMaxBytes,
     writeMaxBytes: options.writeMaxBytes,
@@ -54,16 +58,26 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     acceptCompression: [compressionGzip, compressionBrotli],
     // Compressing costs the server more CPU than it saves on a fast network below this size.
     compressMinBytes: options.compressMinBytes,
-  });
-  options.routes(router);
+  };
+  const router = createConnectRouter(routerOptions);
+  const binaryRouter = createConnectRouter(routerOptions);
+  options.routes(router, binaryRouter);
   const byPath = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
+  const binaryByPath = new Map<string, UniversalHandler>(binaryRouter.handlers.map((h) => [h.requestPath, h]));
+  for (const path of binaryByPath.keys()) {
+    if (!byPath.has(path)) throw new Error(`${path} has a binary handler but no handler for JSON`);
+  }
   const readMaxBytes = options.readMaxBytes ?? 4 * 1024 * 1024;
 
   return (req, res) => {
-    const handler = byPath.get((req.url ?? "").split("?", 1)[0]);
+    const url = req.url ?? "";
+    const path = url.split("?", 1)[0];
+    let handler = byPath.get(path);
     if (!handler) return false;
-    const procedure = `${handler.service.typeName}/${handler.method.name}`;
     const protocol = rpcProtocolOf(req.headers);
+    const binaryHandler = binaryByPath.get(path);
+    if (binaryHandler && !isJsonRequest(protocol, req.headers, url)) handler = binaryHandler;
+    const procedure = `${handler.service.typeName}/${handler.method.name}`;
     const record: CallRecord = { procedure, peer: req.socket?.remoteAddress ?? "", startedAt: performance.now() };
     options.calls.started(record);
     let response: UniversalServerResponse | undefined;
