@@ -87,6 +87,24 @@ describe("fan-out to many watchers", () => {
     expect(ack.reopened).toBeUndefined();
   });
 
+  it("in one fan-out step, the watcher that caused the newest event freezes at another actor's event, the rest at the newest", async () => {
+    await watchedByAll();
+    // Each event freezes FANOUT_INLINE watchers inline, the human's at its mark, the agent's at
+    // the next; `self` is past both, in the background step, which writes both marks.
+    const self = WATCHERS[2 * FANOUT_INLINE + 10];
+    const [byHuman, bySelf] = await f.core.appendEvents([event(TARGET), event(TARGET, { actorType: "agent", actorId: self })]);
+    await f.core.store.settled();
+    const cursors = await f.core.listCursors({ target: { sessionKey: TARGET, agentId: "" } }, { limit: 1000 });
+    expect(cursors).toHaveLength(WATCHERS.length);
+    for (const c of cursors) {
+      const mark = c.watcherKey === self || WATCHERS.indexOf(c.watcherKey) < FANOUT_INLINE ? byHuman.sequence : bySelf.sequence;
+      expect([c.watcherKey, c.lastSeen, c.notified]).toEqual([c.watcherKey, 0, mark]);
+    }
+    const [ack] = await f.core.ackNotices(self, [{ targetSessionKey: TARGET, targetAgentId: "", contextKey: "", notifiedSequence: 0 }]);
+    expect(ack).toMatchObject({ acked: true, lastSeen: byHuman.sequence });
+    expect(ack.reopened).toBeUndefined();
+  });
+
   it("a fan-out cut short by a stop is finished at the next start", async () => {
     await watchedByAll();
     await f.core.appendEvents([event(TARGET)]);

@@ -30,4 +30,12 @@ describe("SQLite query plans of the cursors", () => {
     const plan = (db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all("fan", "agent:fan:target", "") as { detail: string }[]).map((r) => r.detail).join("; ");
     expect(plan).toContain("USING INDEX cursors_idle_by_target");
   });
+
+  it("writes a fan-out step's marks looking up each watcher's cursor, not reading every cursor of the target", () => {
+    const rows = new SqliteCursorRows(db) as unknown as { saveMarksStatement(width: number): Database.Statement };
+    const params = [1, 1, 1, "fan", "agent:fan:target", "agent:fan:w-1", "agent:fan:w-2", "agent:fan:w-3", "agent:fan:w-4"];
+    const plan = (db.prepare(`EXPLAIN QUERY PLAN ${rows.saveMarksStatement(4).source}`).all(...params) as { detail: string }[]).map((r) => r.detail).join("; ");
+    // The primary key, or cursors_by_target with the watcher key (its entries end in the primary key).
+    expect(plan).toMatch(/^SEARCH session_watch_cursors USING (PRIMARY KEY|INDEX cursors_by_target) \((?=.*watcher_key=\?)(?=.*target_agent_id=\?)(?=.*target_key=\?)[^)]*\)$/);
+  });
 });

@@ -20,7 +20,7 @@
 import { contextKeyFor, isNestedSessionKey, watcherAgentId, type SessionId } from "./keys.js";
 import { type Notice, type SessionHead, type WatchCursor } from "./model.js";
 import type { NoticeSlice } from "./noticeWakeups.js";
-import type { Tx, WatcherSelector } from "./storage.js";
+import type { CursorMarks, Tx, WatcherSelector } from "./storage.js";
 import type { WriteContext, WatchableStore } from "./watchableStore.js";
 
 /** Idle watchers frozen inside the appending transaction; the rest follow in steps of FANOUT_STEP. */
@@ -38,8 +38,11 @@ export function noticeText(targetKey: string, changesSince: number): string {
   );
 }
 
+/** What a notice is made of: a pending cursor's keys and positions. */
+export type NoticeCursor = Pick<WatchCursor, "watcherKey" | "targetAgentId" | "targetKey" | "lastSeen" | "notified">;
+
 /** The notice a pending cursor stands for. */
-export function noticeFor(cursor: WatchCursor, watcherIsChild: boolean): Notice {
+export function noticeFor(cursor: NoticeCursor, watcherIsChild: boolean): Notice {
   return {
     watcherKey: cursor.watcherKey,
     targetAgentId: cursor.targetAgentId,
@@ -60,7 +63,7 @@ export function watcherIsChild(watcherKey: string, hasParent: boolean): boolean 
 const sessionOfWatcher = (watcherKey: string): SessionId => ({ agentId: watcherAgentId(watcherKey) ?? "", sessionKey: watcherKey });
 
 /** The notices of pending cursors (one batched parent lookup for the wake flag). */
-export async function noticesOf(tx: Tx, cursors: readonly WatchCursor[]): Promise<Notice[]> {
+export async function noticesOf(tx: Tx, cursors: readonly NoticeCursor[]): Promise<Notice[]> {
   if (cursors.length === 0) return [];
   const withParent = new Set(
     (await tx.registry.sessionsWithParent(cursors.map((c) => sessionOfWatcher(c.watcherKey)))).map((s) => s.sessionKey),
@@ -94,18 +97,23 @@ export async function freezeIdleWatchers(
   const head = known ?? (await ctx.tx.log.head(target));
   if (!head || head.materialThrough === 0) return undefined;
   const idle = await ctx.tx.cursors.idleCursorsOnTarget(target, afterWatcher, limit);
-  const frozen: WatchCursor[] = [];
+  const frozen: NoticeCursor[] = [];
+  // Cursors that freeze at the same marks are written together: nearly all of a step share
+  // them (only the watcher that caused the newest event, or a cursor already marked higher, differ).
+  const byMarks = new Map<string, { marks: CursorMarks; watcherKeys: string[] }>();
   for (const cursor of idle) {
     if (cursor.lastSeen >= head.materialThrough) continue;
     // Self-suppression: an event the watcher caused itself is not material for it.
     const mark = materialFor(head, cursor.watcherKey, cursor.lastSeen);
     if (mark <= cursor.lastSeen) continue;
-    cursor.notified = mark;
-    cursor.material = Math.max(cursor.material, mark);
-    cursor.updatedAt = ctx.now;
-    frozen.push(cursor);
+    const material = Math.max(cursor.material, mark);
+    const id = `${mark}/${material}`;
+    let group = byMarks.get(id);
+    if (!group) byMarks.set(id, (group = { marks: { notified: mark, material, updatedAt: ctx.now }, watcherKeys: [] }));
+    group.watcherKeys.push(cursor.watcherKey);
+    frozen.push({ watcherKey: cursor.watcherKey, targetAgentId: target.agentId, targetKey: target.sessionKey, lastSeen: cursor.lastSeen, notified: mark });
   }
-  await ctx.tx.cursors.saveCursors(frozen);
+  for (const group of byMarks.values()) await ctx.tx.cursors.saveCursorMarks(target, group.watcherKeys, group.marks);
   ctx.queue(await noticesOf(ctx.tx, frozen));
   return idle.length === limit ? idle[idle.length - 1].watcherKey : undefined;
 }

@@ -49,7 +49,20 @@ export function decodeSlice(key: string): NoticeSlice | undefined {
   }
 }
 
-/** UTF-8 byte order: how both databases order keys (binary, COLLATE "C"), unlike JS string order. */
-function byteOrder(a: string, b: string): number {
-  return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+/**
+ * UTF-8 byte order: how both databases order keys (binary, COLLATE "C"), unlike JS string
+ * order. It is code point order, which UTF-16 code units follow except where a surrogate
+ * meets a unit at or above U+E000: only then are the strings encoded and compared as bytes
+ * (a fan-out step compares a thousand keys; encoding each pair cost ≈ 1.5 ms a step).
+ */
+export function byteOrder(a: string, b: string): number {
+  const n = Math.min(a.length, b.length);
+  for (let i = 0; i < n; i++) {
+    const x = a.charCodeAt(i);
+    const y = b.charCodeAt(i);
+    if (x === y) continue;
+    if (x < 0xd800 && y < 0xd800) return x - y;
+    return Buffer.compare(Buffer.from(a, "utf8"), Buffer.from(b, "utf8"));
+  }
+  return a.length - b.length;
 }

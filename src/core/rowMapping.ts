@@ -3,7 +3,7 @@
  * each driver is set up to return integers as numbers; flags may arrive as 0/1 (SQLite) or
  * as booleans (PostgreSQL).
  */
-import type { CheckAssignmentRow, SessionFields } from "./storage.js";
+import type { CheckAssignmentRow, IdleCursor, SessionFields } from "./storage.js";
 import type {
   ActorType,
   DeliveryRoute,
@@ -231,6 +231,12 @@ export function cursorFromRow(row: CursorRow): WatchCursor {
     provenance: row.provenance as WatchProvenance,
     updatedAt: row.updated_at,
   };
+}
+
+export type IdleCursorRow = Pick<CursorRow, "watcher_key" | "last_seen" | "material">;
+
+export function idleCursorFromRow(row: IdleCursorRow): IdleCursor {
+  return { watcherKey: row.watcher_key, lastSeen: row.last_seen, material: row.material };
 }
 
 export interface MessageRow {

@@ -228,13 +228,27 @@ export interface CursorPage {
 
 export type WatcherSelector = { agentId: string } | { watcherKeys: string[] };
 
+/** What a fan-out reads of an idle cursor: no more than it needs to freeze it (SPEC §3.2). */
+export interface IdleCursor {
+  watcherKey: string;
+  lastSeen: number;
+  material: number;
+}
+
+/** The notice marks a fan-out step writes (the other columns stay). */
+export interface CursorMarks {
+  notified: number;
+  material: number;
+  updatedAt: number;
+}
+
 export interface CursorRows {
   cursor(watcherKey: string, target: SessionId): Awaitable<WatchCursor | undefined>;
   /** Inserts unless the (watcher, target) cursor exists; true when inserted. */
   insertCursor(cursor: WatchCursor): Awaitable<boolean>;
   saveCursor(cursor: WatchCursor): Awaitable<void>;
-  /** Saves many cursors at once (a fan-out step). */
-  saveCursors(cursors: readonly WatchCursor[]): Awaitable<void>;
+  /** Writes the same marks to the given watchers' cursors on `target` in one statement (a fan-out step). */
+  saveCursorMarks(target: SessionId, watcherKeys: readonly string[], marks: CursorMarks): Awaitable<void>;
   deleteCursor(watcherKey: string, target: SessionId): Awaitable<boolean>;
   deleteCursorsOfWatcher(watcherKey: string): Awaitable<number>;
   deleteCursorsOnTarget(target: SessionId): Awaitable<number>;
@@ -251,7 +265,7 @@ export interface CursorRows {
    * key, after `afterWatcher`. Served by a partial index, so a target whose watchers all
    * have a notice pending costs nothing here.
    */
-  idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): Awaitable<WatchCursor[]>;
+  idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): Awaitable<IdleCursor[]>;
   /** Cursors with a pending notice (notified > last seen) of the selected watchers. */
   pendingCursors(selector: WatcherSelector): Awaitable<WatchCursor[]>;
   /** Pending cursors on `target` whose watcher key is in [fromWatcher, toWatcher], ordered by watcher key. */

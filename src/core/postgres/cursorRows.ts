@@ -1,8 +1,8 @@
 /** PostgreSQL rows of the watch cursors. */
 import { watcherAgentId, type SessionId } from "../keys.js";
 import type { WatchCursor } from "../model.js";
-import { CURSOR_COLUMNS, cursorFromRow, type CursorRow } from "../rowMapping.js";
-import type { CursorPage, CursorRows, WatcherSelector } from "../storage.js";
+import { CURSOR_COLUMNS, cursorFromRow, idleCursorFromRow, type CursorRow, type IdleCursorRow } from "../rowMapping.js";
+import type { CursorMarks, CursorPage, CursorRows, IdleCursor, WatcherSelector } from "../storage.js";
 import type { PgConnection } from "./connection.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
@@ -50,25 +50,14 @@ export class PgCursorRows implements CursorRows {
     );
   }
 
-  async saveCursors(cursors: readonly WatchCursor[]): Promise<void> {
-    if (cursors.length === 0) return;
-    if (cursors.length === 1) return this.saveCursor(cursors[0]);
+  async saveCursorMarks(target: SessionId, watcherKeys: readonly string[], marks: CursorMarks): Promise<void> {
+    if (watcherKeys.length === 0) return;
     // One statement for the whole step instead of a round trip per cursor.
     await this.c.rows(
-      "cursors.saveMany",
-      `UPDATE session_watch_cursors c SET last_seen = v.last_seen, notified = v.notified, material = v.material, updated_at = v.updated_at
-       FROM unnest($1::text[], $2::text[], $3::text[], $4::bigint[], $5::bigint[], $6::bigint[], $7::bigint[])
-         AS v (watcher_key, target_agent_id, target_key, last_seen, notified, material, updated_at)
-       WHERE c.watcher_key = v.watcher_key AND c.target_agent_id = v.target_agent_id AND c.target_key = v.target_key`,
-      [
-        cursors.map((x) => x.watcherKey),
-        cursors.map((x) => x.targetAgentId),
-        cursors.map((x) => x.targetKey),
-        cursors.map((x) => x.lastSeen),
-        cursors.map((x) => x.notified),
-        cursors.map((x) => x.material),
-        cursors.map((x) => x.updatedAt),
-      ],
+      "cursors.saveMarks",
+      `UPDATE session_watch_cursors SET notified = $1, material = $2, updated_at = $3
+       WHERE target_agent_id = $4 AND target_key = $5 AND watcher_key = ANY($6::text[])`,
+      [marks.notified, marks.material, marks.updatedAt, target.agentId, target.sessionKey, watcherKeys],
     );
   }
 
@@ -147,15 +136,16 @@ export class PgCursorRows implements CursorRows {
     return row !== undefined;
   }
 
-  async idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): Promise<WatchCursor[]> {
+  async idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): Promise<IdleCursor[]> {
     // `notified <= last_seen` matches the partial index cursors_idle_by_target.
-    const rows = await this.c.rows<CursorRow>(
+    const rows = await this.c.rows<IdleCursorRow>(
       "cursors.idleOnTarget",
-      `${FROM} WHERE target_agent_id = $1 AND target_key = $2 AND notified <= last_seen AND watcher_key > $3
+      `SELECT watcher_key, last_seen, material FROM session_watch_cursors
+       WHERE target_agent_id = $1 AND target_key = $2 AND notified <= last_seen AND watcher_key > $3
        ORDER BY watcher_key LIMIT $4`,
       [target.agentId, target.sessionKey, afterWatcher, limit],
     );
-    return rows.map(cursorFromRow);
+    return rows.map(idleCursorFromRow);
   }
 
   async pendingCursors(selector: WatcherSelector): Promise<WatchCursor[]> {

@@ -2,16 +2,27 @@
 import type Database from "better-sqlite3";
 import { watcherAgentId, type SessionId } from "../keys.js";
 import type { WatchCursor } from "../model.js";
-import { CURSOR_COLUMNS, cursorFromRow, type CursorRow } from "../rowMapping.js";
-import type { CursorPage, CursorRows, WatcherSelector } from "../storage.js";
+import { CURSOR_COLUMNS, cursorFromRow, idleCursorFromRow, type CursorRow, type IdleCursorRow } from "../rowMapping.js";
+import type { CursorMarks, CursorPage, CursorRows, IdleCursor, WatcherSelector } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
 
+/** Keys per UPDATE of a fan-out step's marks (a step is FANOUT_STEP = 500 watchers). */
+const MARKS_BATCH = 512;
+
+/** The smallest power of two ≥ n (at most MARKS_BATCH): the IN-list widths in use stay few. */
+function inListWidth(n: number): number {
+  let width = 1;
+  while (width < n) width *= 2;
+  return Math.min(width, MARKS_BATCH);
+}
+
 export class SqliteCursorRows implements CursorRows {
   private readonly stmt;
+  private readonly saveMarks = new Map<number, Database.Statement>();
 
-  constructor(db: Database.Database) {
+  constructor(private readonly db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
     const limited = (sql: string) => new LimitedStatement(db, sql);
     this.stmt = {
@@ -37,7 +48,7 @@ export class SqliteCursorRows implements CursorRows {
       // cursor on the target: on a target whose 10,000 watchers have a notice pending, each
       // append read all 10,000 rows to find no idle one (SPEC §3.2: later events cost no
       // per-watcher work).
-      idleOnTarget: limited(`${FROM} INDEXED BY cursors_idle_by_target
+      idleOnTarget: limited(`SELECT watcher_key, last_seen, material FROM session_watch_cursors INDEXED BY cursors_idle_by_target
         WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?
         ORDER BY watcher_key LIMIT ?`),
       pendingOfAgent: p(`${FROM} WHERE watcher_agent_id = ? AND notified > last_seen
@@ -68,8 +79,25 @@ export class SqliteCursorRows implements CursorRows {
     this.stmt.save.run(c.lastSeen, c.notified, c.material, c.updatedAt, c.provenance, c.watcherKey, c.targetAgentId, c.targetKey);
   }
 
-  saveCursors(cursors: readonly WatchCursor[]): void {
-    for (const cursor of cursors) this.saveCursor(cursor);
+  saveCursorMarks(target: SessionId, watcherKeys: readonly string[], marks: CursorMarks): void {
+    for (let i = 0; i < watcherKeys.length; i += MARKS_BATCH) {
+      const keys = watcherKeys.slice(i, i + MARKS_BATCH);
+      const width = inListWidth(keys.length);
+      // Padded with the last key (a repeated IN value changes nothing), so a few widths serve every size.
+      while (keys.length < width) keys.push(keys[keys.length - 1]);
+      this.saveMarksStatement(width).run(marks.notified, marks.material, marks.updatedAt, target.agentId, target.sessionKey, ...keys);
+    }
+  }
+
+  /** One UPDATE per IN-list width (1, 2, 4, … MARKS_BATCH), prepared on first use. */
+  private saveMarksStatement(width: number): Database.Statement {
+    let statement = this.saveMarks.get(width);
+    if (!statement) {
+      statement = this.db.prepare(`UPDATE session_watch_cursors SET notified = ?, material = ?, updated_at = ?
+        WHERE target_agent_id = ? AND target_key = ? AND watcher_key IN (${Array.from({ length: width }, () => "?").join(", ")})`);
+      this.saveMarks.set(width, statement);
+    }
+    return statement;
   }
 
   pendingCursorsOnTarget(target: SessionId, fromWatcher: string, toWatcher: string): WatchCursor[] {
@@ -111,8 +139,8 @@ export class SqliteCursorRows implements CursorRows {
     return this.stmt.hasOnTarget.get(target.agentId, target.sessionKey) !== undefined;
   }
 
-  idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): WatchCursor[] {
-    return (this.stmt.idleOnTarget.all([target.agentId, target.sessionKey, afterWatcher], limit) as CursorRow[]).map(cursorFromRow);
+  idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): IdleCursor[] {
+    return (this.stmt.idleOnTarget.all([target.agentId, target.sessionKey, afterWatcher], limit) as IdleCursorRow[]).map(idleCursorFromRow);
   }
 
   pendingCursors(selector: WatcherSelector): WatchCursor[] {
