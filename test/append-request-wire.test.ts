@@ -15,7 +15,13 @@ import fc from "fast-check";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { EventInputSchema, StateService, type EventInput } from "../gen/sessionstate/v1/state_pb.js";
-import { BINARY_APPEND_METHODS, readCanonicalEventInput, readEventInput } from "../src/server/appendRequestWire.js";
+import {
+  BINARY_APPEND_METHODS,
+  readCanonicalEventInput,
+  readEventInput,
+  typedAppendEventStream,
+  typedAppendEvents,
+} from "../src/server/appendRequestWire.js";
 import { bearerToken } from "../src/client/bearer.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
 import { PROTOCOLS, startTestServer, tempDir, transportFor, type TestServer } from "./support/harness.js";
@@ -162,6 +168,18 @@ describe("EventInput read by hand", () => {
   });
 });
 
+describe("typed requests from the wire form", () => {
+  it("keeps the request's own unknown fields and the batch id", () => {
+    const event = toBinary(EventInputSchema, create(EventInputSchema, { summary: "s" }));
+    const unknown = [{ no: 99, wireType: 0, data: Uint8Array.of(7) }];
+    const call = typedAppendEvents({ $typeName: "sessionstate.internal.AppendEventsRequest", events: [event], $unknown: unknown });
+    expect(call.events.map((e) => e.summary)).toEqual(["s"]);
+    expect(call.$unknown).toEqual(unknown);
+    const batch = typedAppendEventStream({ $typeName: "sessionstate.internal.AppendEventStreamRequest", batchId: 2n ** 64n - 1n, events: [event, event] });
+    expect([batch.batchId, batch.events.length, batch.$unknown]).toEqual([2n ** 64n - 1n, 2, undefined]);
+  });
+});
+
 function concat(...parts: Uint8Array[]): Uint8Array {
   const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
   let at = 0;
@@ -241,6 +259,18 @@ describe("binary appends on a real server", () => {
       const read = async (sessionKey: string) =>
         (await json().getStatus({ session: { sessionKey }, changesSince: 0n })).stateChanges!.events.map((e) => ({ ...e, sequence: 0n }));
       expect(await read(key)).toEqual(await read(jsonKey));
+    }
+  });
+
+  it("serves JSON appends on the typed route, with or without a charset", async () => {
+    for (const type of ["application/json", "application/json; charset=utf-8", "Application/JSON;charset=UTF-8"]) {
+      const res = await fetch(`${t.url}/sessionstate.v1.StateService/AppendEvents`, {
+        method: "POST",
+        headers: { "content-type": type, authorization: `Bearer ${SECRETS.main}` },
+        body: JSON.stringify({ events: [{ session: { sessionKey: "agent:main:json" }, kind: "EVENT_KIND_GOAL_CHANGED", actorType: "ACTOR_TYPE_AGENT", summary: type }] }),
+      });
+      expect(res.status, type).toBe(200);
+      expect(((await res.json()) as { results: { recorded: boolean }[] }).results).toMatchObject([{ recorded: true }]);
     }
   });
 

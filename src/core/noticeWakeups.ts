@@ -51,9 +51,10 @@ export function decodeSlice(key: string): NoticeSlice | undefined {
 
 /**
  * UTF-8 byte order: how both databases order keys (binary, COLLATE "C"), unlike JS string
- * order. It is code point order, which UTF-16 code units follow except where a surrogate
- * meets a unit at or above U+E000: only then are the strings encoded and compared as bytes
- * (a fan-out step compares a thousand keys; encoding each pair cost ≈ 1.5 ms a step).
+ * order. Where the first differing code units are both below U+D800 it is their order; any
+ * other difference (surrogates, U+E000 and above) is settled by encoding both strings and
+ * comparing the bytes (a fan-out step compares a thousand keys; encoding every pair cost
+ * ≈ 1.5 ms a step).
  */
 export function byteOrder(a: string, b: string): number {
   const n = Math.min(a.length, b.length);

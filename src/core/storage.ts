@@ -247,7 +247,11 @@ export interface CursorRows {
   /** Inserts unless the (watcher, target) cursor exists; true when inserted. */
   insertCursor(cursor: WatchCursor): Awaitable<boolean>;
   saveCursor(cursor: WatchCursor): Awaitable<void>;
-  /** Writes the same marks to the given watchers' cursors on `target` in one statement (a fan-out step). */
+  /**
+   * Writes the same marks to the given watchers' cursors on `target` (a fan-out step), with
+   * one statement per few hundred keys instead of one per cursor. Unconditional: the caller
+   * read these cursors idle in the same transaction, under the target's lock.
+   */
   saveCursorMarks(target: SessionId, watcherKeys: readonly string[], marks: CursorMarks): Awaitable<void>;
   deleteCursor(watcherKey: string, target: SessionId): Awaitable<boolean>;
   deleteCursorsOfWatcher(watcherKey: string): Awaitable<number>;

@@ -10,7 +10,9 @@
  * hand reader does not expect (an unknown field, a nested message given twice, a field on
  * another wire type, a varint above 2^31, non-canonical input of any kind) is handed to
  * protobuf-es instead, so the message is the one protobuf-es would have made, byte for byte
- * the same input giving the same fields or the same refusal.
+ * the same input giving the same fields or the same refusal. One difference is deliberate: an
+ * event is read within its own bytes, so a field that runs past the event's end is refused
+ * (INVALID_ARGUMENT naming the event), where protobuf-es read on into the rest of the request.
  *
  * The wire form is converted back to the typed request by an interceptor (`readAppendRequests`)
  * that runs before authorization, so the policy, the handlers and everything after them see
@@ -183,9 +185,12 @@ const F = {
 const VARINT = 0;
 const LEN = 2;
 
-/** The message `fromBinary(EventInputSchema, bytes)` gives, or its error. */
+/** Inside a request an event is decoded one level down: the same nesting budget as there. */
+const EVENT_READ_OPTIONS = { recursionLimit: 99 };
+
+/** The message `fromBinary(EventInputSchema, bytes)` gives (one level down in a request), or its error. */
 export function readEventInput(bytes: Uint8Array): EventInput {
-  return readCanonicalEventInput(bytes) ?? fromBinary(EventInputSchema, bytes);
+  return readCanonicalEventInput(bytes) ?? fromBinary(EventInputSchema, bytes, EVENT_READ_OPTIONS);
 }
 
 /** A read position; every method answers -1 / undefined for what the hand reader does not take. */
