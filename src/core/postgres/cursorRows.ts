@@ -52,11 +52,15 @@ export class PgCursorRows implements CursorRows {
 
   async saveCursorMarks(target: SessionId, watcherKeys: readonly string[], marks: CursorMarks): Promise<void> {
     if (watcherKeys.length === 0) return;
-    // One statement for the whole step instead of a round trip per cursor.
+    // One statement for the whole step instead of a round trip per cursor. The keys are joined
+    // from unnest, not matched with `= ANY($6)`: without statistics on a freshly filled table the
+    // generic plan read every cursor of the target and compared each with the whole array
+    // (≈ 150 ms a 500-key step against ≈ 18 here).
     await this.c.rows(
       "cursors.saveMarks",
-      `UPDATE session_watch_cursors SET notified = $1, material = $2, updated_at = $3
-       WHERE target_agent_id = $4 AND target_key = $5 AND watcher_key = ANY($6::text[])`,
+      `UPDATE session_watch_cursors c SET notified = $1, material = $2, updated_at = $3
+       FROM unnest($6::text[]) AS v (watcher_key)
+       WHERE c.target_agent_id = $4 AND c.target_key = $5 AND c.watcher_key = v.watcher_key`,
       [marks.notified, marks.material, marks.updatedAt, target.agentId, target.sessionKey, watcherKeys],
     );
   }
