@@ -192,7 +192,7 @@ function concat(...parts: Uint8Array[]): Uint8Array {
 
 // ---- Against a real server ------------------------------------------------------------------
 
-const SECRETS = { main: generateSecret(), admin: generateSecret() };
+const SECRETS = { main: generateSecret() };
 const dir = tempDir("sessionstate-append-wire-");
 let t: TestServer;
 
@@ -201,10 +201,7 @@ beforeAll(async () => {
   writeFileSync(
     tokenPath,
     JSON.stringify({
-      tokens: [
-        { name: "gw-main", role: "gateway", agent_ids: ["main"], sha256: hashSecret(SECRETS.main) },
-        { name: "ops-admin", role: "admin", sha256: hashSecret(SECRETS.admin) },
-      ],
+      tokens: [{ name: "gw-main", role: "gateway", agent_ids: ["main"], sha256: hashSecret(SECRETS.main) }],
     }),
   );
   t = await startTestServer({ tokens: TokenFile.load(tokenPath) });
