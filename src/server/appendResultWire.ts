@@ -11,6 +11,7 @@ import type { UnknownField } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { AppendOutcome } from "../core/model.js";
 import { AppendResultSchema } from "../../gen/sessionstate/v1/state_pb.js";
+import { varintSize, writeVarint } from "./varint.js";
 
 /** Field numbers read from the schema, so a renumbering cannot go unnoticed. */
 const SEQUENCE = AppendResultSchema.field.sequence.number;
@@ -23,15 +24,6 @@ const utf8 = new TextEncoder();
 
 const isVarintSafe = (n: number) => Number.isSafeInteger(n) && n >= 0;
 
-/** A non-negative safe integer as a varint. */
-function varint(out: number[], n: number): void {
-  while (n >= 0x80) {
-    out.push((n % 0x80) | 0x80);
-    n = Math.floor(n / 0x80);
-  }
-  out.push(n);
-}
-
 /**
  * One outcome as a whole `AppendResult` entry after its tag: its length, then its fields in
  * field order, defaults left out as protobuf does. Undefined when a number is outside what a
@@ -40,29 +32,37 @@ function varint(out: number[], n: number): void {
  */
 function resultEntry(o: AppendOutcome): Uint8Array | undefined {
   if (!isVarintSafe(o.sequence) || !isVarintSafe(o.stateVersion)) return undefined;
-  const body: number[] = [];
+  const reason = o.reason === "" ? undefined : utf8.encode(o.reason);
+  // Every key is one byte: the field numbers are below 16.
+  let size = 0;
+  if (o.sequence !== 0) size += 1 + varintSize(o.sequence);
+  if (o.stateVersion !== 0) size += 1 + varintSize(o.stateVersion);
+  if (o.duplicate) size += 2;
+  if (o.recorded) size += 2;
+  if (reason) size += 1 + varintSize(reason.length) + reason.length;
+  const out = new Uint8Array(varintSize(size) + size);
+  let at = writeVarint(out, 0, size);
   if (o.sequence !== 0) {
-    varint(body, SEQUENCE << 3);
-    varint(body, o.sequence);
+    out[at++] = SEQUENCE << 3;
+    at = writeVarint(out, at, o.sequence);
   }
   if (o.stateVersion !== 0) {
-    varint(body, STATE_VERSION << 3);
-    varint(body, o.stateVersion);
+    out[at++] = STATE_VERSION << 3;
+    at = writeVarint(out, at, o.stateVersion);
   }
-  if (o.duplicate) body.push(DUPLICATE << 3, 1);
-  if (o.recorded) body.push(RECORDED << 3, 1);
-  let reason: Uint8Array | undefined;
-  if (o.reason !== "") {
-    reason = utf8.encode(o.reason);
-    varint(body, (REASON << 3) | WireType.LengthDelimited);
-    varint(body, reason.length);
+  if (o.duplicate) {
+    out[at++] = DUPLICATE << 3;
+    out[at++] = 1;
   }
-  const head: number[] = [];
-  varint(head, body.length + (reason?.length ?? 0));
-  const out = new Uint8Array(head.length + body.length + (reason?.length ?? 0));
-  out.set(head);
-  out.set(body, head.length);
-  if (reason) out.set(reason, head.length + body.length);
+  if (o.recorded) {
+    out[at++] = RECORDED << 3;
+    out[at++] = 1;
+  }
+  if (reason) {
+    out[at++] = (REASON << 3) | WireType.LengthDelimited;
+    at = writeVarint(out, at, reason.length);
+    out.set(reason, at);
+  }
   return out;
 }
 

@@ -9,6 +9,7 @@
 import type { UnknownField } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import type { Notice } from "../core/model.js";
+import { varintSize, writeVarint } from "./varint.js";
 import { NoticeBatchSchema, NoticeSchema, StreamNoticesResponseSchema } from "../../gen/sessionstate/v1/watch_pb.js";
 
 const F = NoticeSchema.field;
@@ -29,25 +30,6 @@ const K = {
   /** A NoticeBatch's `notices` entry (field 1). */
   batchEntry: key(NoticeBatchSchema.field.notices.number, WireType.LengthDelimited),
 };
-
-/** Bytes of an unsigned varint (sequences are non-negative integers below 2^53). */
-function varintSize(v: number): number {
-  let n = 1;
-  while (v >= 128) {
-    v = Math.floor(v / 128);
-    n++;
-  }
-  return n;
-}
-
-function writeVarint(buf: Buffer, at: number, v: number): number {
-  while (v >= 128) {
-    buf[at++] = (v % 128) | 128;
-    v = Math.floor(v / 128);
-  }
-  buf[at++] = v;
-  return at;
-}
 
 interface Sized {
   /** Bytes of the notice message itself. */
