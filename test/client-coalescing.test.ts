@@ -43,18 +43,34 @@ async function server(options: Parameters<typeof startTestServer>[0] = {}): Prom
 function counted(
   url: string,
   protocol: "connect" | "grpc" | "grpc-web" = "connect",
-): { clients: GatewayClients; appendCalls: () => number; unaryCalls: () => number; streamBatches: () => number; streamsOpened: () => number } {
+): {
+  clients: GatewayClients;
+  appendCalls: () => number;
+  unaryCalls: () => number;
+  streamBatches: () => number;
+  streamsOpened: () => number;
+  /** Events in each call or stream batch, in the order they were sent. */
+  sizes: () => number[];
+} {
   let calls = 0;
   let batches = 0;
   let streams = 0;
+  const sizes: number[] = [];
+  // The gateway clients send events as encoded entries of the events field (unknown fields).
+  const eventsIn = (m: { events: unknown[]; $unknown?: { no: number }[] }, field: number) =>
+    m.events.length + (m.$unknown?.filter((f) => f.no === field).length ?? 0);
   async function* counting<T>(messages: AsyncIterable<T>): AsyncIterable<T> {
     for await (const m of messages) {
       batches++;
+      sizes.push(eventsIn(m as never, 2));
       yield m;
     }
   }
   const count: Interceptor = (next) => async (req) => {
-    if (req.method.name === "AppendEvents") calls++;
+    if (req.method.name === "AppendEvents") {
+      calls++;
+      if (!req.stream) sizes.push(eventsIn(req.message as never, 1));
+    }
     if (req.method.name === "AppendEventStream" && req.stream) {
       streams++;
       return next({ ...req, message: counting(req.message) });
@@ -63,7 +79,7 @@ function counted(
   };
   const clients = createGatewayClients(url, { protocol, interceptors: [count] });
   cleanups.push(() => clients.close());
-  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams };
+  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams, sizes: () => sizes };
 }
 
 const goal = (sessionKey: string, runId: string): EventInit => ({
@@ -112,6 +128,31 @@ describe("coalescing concurrent records", () => {
       seen.add(r.sequence);
     });
     expect([...logs.values()].reduce((sum, l) => sum + l.size, 0)).toBe(n);
+  });
+
+  it("over the stream, records queued while nothing is in flight leave in two halves; over calls, in one", async () => {
+    const t = await server();
+    const stream = counted(t.url);
+    const first = await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(stream.clients.state, goal(`agent:main:s${i % 4}`, `s-${i}`), quiet)));
+    expect(first.every((r) => r.status === "recorded")).toBe(true);
+    // Both halves are sent at once (neither waits for the other's answer).
+    expect(stream.sizes()).toEqual([8, 8]);
+    // One record alone is not split; an odd queue gives the first half the extra one.
+    await recordEvent(stream.clients.state, goal("agent:main:s0", "one"), quiet);
+    await Promise.all(Array.from({ length: 5 }, (_, i) => recordEvent(stream.clients.state, goal("agent:main:s1", `odd-${i}`), quiet)));
+    expect(stream.sizes()).toEqual([8, 8, 1, 3, 2]);
+    // The halves still respect the batch limit: 500 queued → 200, 200, 100.
+    const many = counted(t.url);
+    await Promise.all(Array.from({ length: 500 }, (_, i) => recordEvent(many.clients.state, goal("agent:main:m", `m-${i}`), quiet)));
+    expect(many.sizes()).toEqual([200, 200, 100]);
+
+    const calls = counted(t.url);
+    coalesceRecords(calls.clients.state, { stream: false });
+    await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(calls.clients.state, goal("agent:main:c", `c-${i}`), quiet)));
+    expect(calls.sizes()).toEqual([16]);
+    const sizesOf = async (key: string) => (await logOf(t, key)).size;
+    expect(await sizesOf("agent:main:m")).toBe(500);
+    expect(await sizesOf("agent:main:c")).toBe(16);
   });
 
   it("an invalid event among good ones fails only its caller, with the answer it would get alone", async () => {
