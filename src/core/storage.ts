@@ -56,6 +56,12 @@ export type StorageLog = (level: "info" | "warn" | "error", msg: string, fields?
 
 export interface Storage {
   readonly backend: Backend;
+  /**
+   * Whether other service processes share this database and hear `Tx.announce` (replicas on
+   * PostgreSQL, SPEC §7). The embedded backend has one serving process, so what only they
+   * would read (the notice wake-up slices) is not worked out there.
+   */
+  readonly sharedWithOtherProcesses: boolean;
   /** A read-only unit of work over committed data. */
   read<T>(unit: (tx: Tx) => Promise<T>): Promise<T>;
   /** A unit of work in one transaction; retried whole when the backend reports a transient conflict. */

@@ -133,6 +133,7 @@ interface GroupMember {
 
 export class PostgresStorage implements Storage {
   readonly backend = "postgres" as const;
+  readonly sharedWithOtherProcesses = true;
   /** This process, in wake-up payloads (it skips its own). */
   readonly replicaId = randomUUID();
   private readonly pool: pg.Pool;

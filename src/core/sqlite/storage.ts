@@ -77,6 +77,8 @@ export interface SqliteStorageOptions {
 
 export class SqliteStorage implements Storage {
   readonly backend = "sqlite" as const;
+  /** One serving process per file (processLock.ts). */
+  readonly sharedWithOtherProcesses = false;
   private readonly tx: Tx;
   private readonly stmt;
   private turn: Promise<unknown> = Promise.resolve();
