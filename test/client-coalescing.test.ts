@@ -51,11 +51,15 @@ function counted(
   streamsOpened: () => number;
   /** Events in each call or stream batch, in the order they were sent. */
   sizes: () => number[];
+  /** For each stream batch: how many stream answers the client had read when it was sent. */
+  answersBefore: () => number[];
 } {
   let calls = 0;
   let batches = 0;
   let streams = 0;
+  let answers = 0;
   const sizes: number[] = [];
+  const answersBefore: number[] = [];
   // The gateway clients send events as encoded entries of the events field (unknown fields).
   const eventsIn = (m: { events: unknown[]; $unknown?: { no: number }[] }, field: number) =>
     m.events.length + (m.$unknown?.filter((f) => f.no === field).length ?? 0);
@@ -63,6 +67,13 @@ function counted(
     for await (const m of messages) {
       batches++;
       sizes.push(eventsIn(m as never, 2));
+      answersBefore.push(answers);
+      yield m;
+    }
+  }
+  async function* countingAnswers<T>(messages: AsyncIterable<T>): AsyncIterable<T> {
+    for await (const m of messages) {
+      answers++;
       yield m;
     }
   }
@@ -73,13 +84,14 @@ function counted(
     }
     if (req.method.name === "AppendEventStream" && req.stream) {
       streams++;
-      return next({ ...req, message: counting(req.message) });
+      const res = await next({ ...req, message: counting(req.message) });
+      return res.stream ? { ...res, message: countingAnswers(res.message) } : res;
     }
     return next(req);
   };
   const clients = createGatewayClients(url, { protocol, interceptors: [count] });
   cleanups.push(() => clients.close());
-  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams, sizes: () => sizes };
+  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams, sizes: () => sizes, answersBefore: () => answersBefore };
 }
 
 const goal = (sessionKey: string, runId: string): EventInit => ({
@@ -130,29 +142,59 @@ describe("coalescing concurrent records", () => {
     expect([...logs.values()].reduce((sum, l) => sum + l.size, 0)).toBe(n);
   });
 
-  it("over the stream, records queued while nothing is in flight leave in two halves; over calls, in one", async () => {
+  it("over the stream, records that find nothing in flight leave as two batches written together, never splitting a session; calls stay one", async () => {
     const t = await server();
     const stream = counted(t.url);
-    const first = await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(stream.clients.state, goal(`agent:main:s${i % 4}`, `s-${i}`), quiet)));
+    const first = await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(stream.clients.state, goal(`agent:main:s${i}`, `s-${i}`), quiet)));
     expect(first.every((r) => r.status === "recorded")).toBe(true);
-    // Both halves are sent at once (neither waits for the other's answer).
     expect(stream.sizes()).toEqual([8, 8]);
-    // One record alone is not split; an odd queue gives the first half the extra one.
+    // Written together: the second went out before any answer was read.
+    expect(stream.answersBefore()).toEqual([0, 0]);
+    // A lone record is not split; the cut falls between sessions, nearest the middle.
     await recordEvent(stream.clients.state, goal("agent:main:s0", "one"), quiet);
-    await Promise.all(Array.from({ length: 5 }, (_, i) => recordEvent(stream.clients.state, goal("agent:main:s1", `odd-${i}`), quiet)));
-    expect(stream.sizes()).toEqual([8, 8, 1, 3, 2]);
-    // The halves still respect the batch limit: 500 queued → 200, 200, 100.
+    const grouped = ["a", "a", "a", "a", "a", "b", "c", "c"];
+    await Promise.all(grouped.map((s, i) => recordEvent(stream.clients.state, goal(`agent:main:g${s}`, `g-${i}`), quiet)));
+    expect(stream.sizes()).toEqual([8, 8, 1, 5, 3]);
+    // One session at both ends: no cut keeps it whole, so one batch — in the callers' order.
+    const ends = ["x", "y", "z", "y", "z", "x"];
+    await Promise.all(ends.map((s, i) => recordEvent(stream.clients.state, goal(`agent:main:e${s}`, `e-${i}`), quiet)));
+    expect(stream.sizes().slice(5)).toEqual([6]);
+    expect([...(await logOf(t, "agent:main:ex")).values()].map((e) => e.runId)).toEqual(["e-0", "e-5"]);
+    // The batch limit first, then the cut: 500 queued → 100 + 100, then 200 and 100 behind them;
+    // when 50 sessions take turns, every cut would split one, so 200, 200, 100.
     const many = counted(t.url);
-    await Promise.all(Array.from({ length: 500 }, (_, i) => recordEvent(many.clients.state, goal("agent:main:m", `m-${i}`), quiet)));
-    expect(many.sizes()).toEqual([200, 200, 100]);
+    await Promise.all(Array.from({ length: 500 }, (_, i) => recordEvent(many.clients.state, goal(`agent:main:m${i}`, `m-${i}`), quiet)));
+    expect(many.sizes()).toEqual([100, 100, 200, 100]);
+    const turns = counted(t.url);
+    await Promise.all(Array.from({ length: 500 }, (_, i) => recordEvent(turns.clients.state, goal(`agent:main:t${i % 50}`, `t-${i}`), quiet)));
+    expect(turns.sizes()).toEqual([200, 200, 100]);
+    // With room for one batch in flight there is nothing to overlap: one batch.
+    const one = counted(t.url);
+    coalesceRecords(one.clients.state, { maxStreamInFlight: 1 });
+    await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(one.clients.state, goal(`agent:main:o${i}`, `o-${i}`), quiet)));
+    expect(one.sizes()).toEqual([16]);
 
     const calls = counted(t.url);
     coalesceRecords(calls.clients.state, { stream: false });
-    await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(calls.clients.state, goal("agent:main:c", `c-${i}`), quiet)));
+    await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(calls.clients.state, goal(`agent:main:c${i}`, `c-${i}`), quiet)));
     expect(calls.sizes()).toEqual([16]);
-    const sizesOf = async (key: string) => (await logOf(t, key)).size;
-    expect(await sizesOf("agent:main:m")).toBe(500);
-    expect(await sizesOf("agent:main:c")).toBe(16);
+  });
+
+  it("a refused first batch is narrowed down alone: the other batch's sessions are unaffected and every session keeps its callers' order", async () => {
+    const t = await server();
+    const { clients, sizes } = counted(t.url);
+    const sessions = ["p", "p", "q", "q", "r", "r", "s", "s"];
+    const bad = { ...goal("agent:main:p", "bad"), summary: "line one\nline two" };
+    const results = await Promise.all(
+      sessions.map((s, i) => recordEvent(clients.state, i === 1 ? bad : goal(`agent:main:${s}`, `${s}-${i}`), quiet)),
+    );
+    expect(sizes().slice(0, 2)).toEqual([4, 4]);
+    expect(results[1]).toMatchObject({ status: "failed", code: Code.InvalidArgument });
+    expect(results.filter((r) => r.status === "recorded")).toHaveLength(7);
+    for (const s of ["p", "q", "r", "s"]) {
+      const runs = [...(await logOf(t, `agent:main:${s}`)).values()].map((e) => e.runId);
+      expect(runs).toEqual(sessions.map((x, i) => (x === s && i !== 1 ? `${s}-${i}` : undefined)).filter((x) => x !== undefined));
+    }
   });
 
   it("an invalid event among good ones fails only its caller, with the answer it would get alone", async () => {
@@ -347,6 +389,39 @@ describe("a service without AppendEventStream", () => {
       const runId = i < 30 ? `f-${i}` : `l-${i - 30}`;
       expect(log.get((r as Extract<RecordResult, { status: "recorded" }>).sequence)?.runId).toBe(runId);
     });
+  });
+});
+
+describe("a slow service", () => {
+  it("both batches of one flush wait for the latest deadline among their callers: short deadlines fail alone", async () => {
+    const t = await server();
+    const real = createGatewayClients(t.url);
+    cleanups.push(() => real.close());
+    // Answers each stream batch 400 ms late, with the real service's results.
+    const h2 = http2.createServer(
+      connectNodeAdapter({
+        routes: (router) =>
+          router.service(StateService, {
+            async *appendEventStream(requests) {
+              for await (const req of requests) {
+                await new Promise((r) => setTimeout(r, 400));
+                const res = await real.state.appendEvents({ events: req.events });
+                yield { batchId: req.batchId, results: res.results };
+              }
+            },
+          }),
+      }),
+    );
+    await new Promise<void>((resolve) => h2.listen(0, "127.0.0.1", resolve));
+    cleanups.push(() => new Promise<void>((resolve) => h2.close(() => resolve())));
+    const { clients, sizes } = counted(`http://127.0.0.1:${(h2.address() as AddressInfo).port}`);
+    const results = await Promise.all(
+      Array.from({ length: 8 }, (_, i) => recordEvent(clients.state, goal(`agent:main:d${i}`, `d-${i}`), { ...quiet, timeoutMs: i < 4 ? 100 : 5_000 })),
+    );
+    expect(sizes()).toEqual([4, 4]);
+    for (const r of results.slice(0, 4)) expect(r).toMatchObject({ status: "failed", code: Code.DeadlineExceeded });
+    // The first batch's callers gave up, but the stream waited for the second's: recorded.
+    for (const r of results.slice(4)) expect(r.status).toBe("recorded");
   });
 });
 

@@ -56,9 +56,10 @@ export type RecordResult =
 /**
  * Records one event. Never throws.
  *
- * Concurrent calls on the same client (any sessions) are coalesced: the events that arrive
- * while the client's earlier AppendEvents calls are in flight go out together in one call
- * (see {@link coalesceRecords} for the limits). Each caller still gets the exact answer for
+ * Concurrent calls on the same client (any sessions) are coalesced: the events that arrive in
+ * one turn of the event loop (over calls, also those that wait while maxInFlight calls are in
+ * flight) go out together in one batch — on the stream with nothing in flight, in two batches
+ * that split no session's records (see {@link coalesceRecords} for the limits). Each caller still gets the exact answer for
  * its own event — recorded/duplicate with its own sequence, or skipped — only once the call
  * that carried it has committed; an event the service rejects fails only its own caller.
  * `coalesce: false` sends the event in a call of its own.
@@ -253,9 +254,34 @@ function estimateBytes(event: EventInit): number {
 }
 
 /**
+ * Where the first `n` queued records may be cut in two: the index nearest the middle such that
+ * no session has records on both sides (the service handles a batch in order, but two batches
+ * may commit in either order, and a refused one is sent again in parts after the other — so
+ * each session's records stay in one part, in their order). 0 when there is no such cut.
+ */
+function sessionBoundaryNear(queue: readonly Queued[], n: number): number {
+  if (n < 2) return 0;
+  const last = new Map<string, number>();
+  for (let i = 0; i < n; i++) last.set(sessionOf(queue[i]!.event), i);
+  let best = 0;
+  let reach = 0;
+  for (let i = 0; i < n - 1; i++) {
+    reach = Math.max(reach, last.get(sessionOf(queue[i]!.event))!);
+    // A cut after i is clean when every session seen so far has no record after i.
+    if (reach === i && Math.abs(i + 1 - n / 2) < Math.abs(best - n / 2)) best = i + 1;
+  }
+  return best;
+}
+
+/** A record's session as far as ordering goes: its key (one key is one session's, or none's). */
+function sessionOf(event: EventInit): string {
+  return typeof event.session?.sessionKey === "string" ? event.session.sessionKey : "";
+}
+
+/**
  * The coalescer of one client. A record is queued; a flush is scheduled for the end of the
  * current event-loop turn (setImmediate), so the records of every caller that runs in this
- * turn leave together (on the stream, in two halves when nothing is in flight; see flush).
+ * turn leave together (on the stream, as two batches when nothing is in flight; see flush).
  * At most maxInFlight calls are in flight; while they are, new records
  * wait and leave together when one returns. Each caller's own deadline and signal still end
  * its wait (its event may still be committed by the call that carries it, as with a call of
@@ -384,28 +410,33 @@ class Coalescer {
   /** Sends what is queued, in batches within the limits, while calls may be added. */
   private flush(): void {
     while (this.queue.length > 0 && this.inFlight < this.maxInFlight()) {
-      // Calls: everything queued goes in one call (within the limits); a call's own cost is
-      // the largest, and splitting a queue over two calls measured about 30 % slower.
-      // Stream: with nothing in flight, the queue leaves in two halves. The service commits
-      // and answers them apart often enough that the first half's callers prepare their next
-      // records while the second half commits, so client and service work at the same time
-      // instead of taking turns; a stream batch costs little. Measured with 16 callers:
-      // 13–26 % more events per second than one batch (docs/performance.md, round 7).
-      const most = this.inFlight === 0 && this.queue.length >= 2 && this.streaming() ? Math.min(this.limits.maxBatchEvents, Math.ceil(this.queue.length / 2)) : this.limits.maxBatchEvents;
       let bytes = 0;
       let n = 0;
-      while (n < this.queue.length && n < most) {
+      while (n < this.queue.length && n < this.limits.maxBatchEvents) {
         const b = this.queue[n]!.bytes;
         if (n > 0 && bytes + b > this.limits.maxBatchBytes) break;
         bytes += b;
         n++;
       }
+      // Calls: the batch goes in one call; a call's own cost is the largest, and two calls
+      // for one queue measured about 30 % slower. Stream: with nothing in flight (and room
+      // for two batches) it leaves as two, written together. The service often commits and
+      // answers them apart, so the first one's callers prepare their next records while the
+      // second commits: client and service work at the same time instead of taking turns,
+      // and a stream batch costs little (16 callers: 13–26 % more events per second,
+      // docs/performance.md, round 7).
+      const cut = this.streaming() && this.inFlight === 0 && this.maxInFlight() >= 2 ? sessionBoundaryNear(this.queue, n) : 0;
       const batch = this.queue.splice(0, n);
-      this.inFlight++;
-      void (this.streaming() ? this.sendOnStream(batch) : this.send(batch)).finally(() => {
-        this.inFlight--;
-        this.schedule();
-      });
+      // Both parts answer to the latest deadline of the whole batch, as the batch would have.
+      let deadline = 0;
+      for (const q of batch) deadline = Math.max(deadline, q.deadline);
+      for (const part of cut > 0 ? [batch.slice(0, cut), batch.slice(cut)] : [batch]) {
+        this.inFlight++;
+        void (this.streaming() ? this.sendOnStream(part, deadline) : this.send(part)).finally(() => {
+          this.inFlight--;
+          this.schedule();
+        });
+      }
     }
   }
 
@@ -416,11 +447,11 @@ class Coalescer {
    * call — except when the service does not have the RPC (nothing was handled), when the
    * batch goes by call instead.
    */
-  private async sendOnStream(batch: Queued[]): Promise<void> {
+  private async sendOnStream(batch: Queued[], atLeastUntil = 0): Promise<void> {
     const live = batch.filter((q) => !q.settled);
     if (live.length === 0) return;
     if (this.stream === undefined || this.stream.ended) this.stream = new BatchStream(this.client);
-    let deadline = 0;
+    let deadline = atLeastUntil;
     for (const q of live) deadline = Math.max(deadline, q.deadline);
     const answer = await this.stream.send(live.map((q) => q.wire!), deadline);
     if ("results" in answer) {
