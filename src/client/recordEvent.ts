@@ -273,7 +273,11 @@ function sessionBoundaryNear(queue: readonly Queued[], n: number): number {
   return best;
 }
 
-/** A record's session as far as ordering goes: its key (one key is one session's, or none's). */
+/**
+ * A record's session as far as the cut goes: its key. Different keys are different sessions;
+ * a key that is not agent-qualified may name several agents' sessions, taken here as one,
+ * which only makes a cut rarer.
+ */
 function sessionOf(event: EventInit): string {
   return typeof event.session?.sessionKey === "string" ? event.session.sessionKey : "";
 }
