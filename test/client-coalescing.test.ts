@@ -53,8 +53,12 @@ function counted(
   sizes: () => number[];
   /** For each stream batch: how many stream answers the client had read when it was sent. */
   answersBefore: () => number[];
+  /** The most AppendEvents calls that were in flight at once. */
+  mostCallsAtOnce: () => number;
 } {
   let calls = 0;
+  let callsNow = 0;
+  let mostCallsAtOnce = 0;
   let batches = 0;
   let streams = 0;
   let answers = 0;
@@ -81,6 +85,12 @@ function counted(
     if (req.method.name === "AppendEvents") {
       calls++;
       if (!req.stream) sizes.push(eventsIn(req.message as never, 1));
+      mostCallsAtOnce = Math.max(mostCallsAtOnce, ++callsNow);
+      try {
+        return await next(req);
+      } finally {
+        callsNow--;
+      }
     }
     if (req.method.name === "AppendEventStream" && req.stream) {
       streams++;
@@ -91,7 +101,7 @@ function counted(
   };
   const clients = createGatewayClients(url, { protocol, interceptors: [count] });
   cleanups.push(() => clients.close());
-  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams, sizes: () => sizes, answersBefore: () => answersBefore };
+  return { clients, appendCalls: () => calls + batches, unaryCalls: () => calls, streamBatches: () => batches, streamsOpened: () => streams, sizes: () => sizes, answersBefore: () => answersBefore, mostCallsAtOnce: () => mostCallsAtOnce };
 }
 
 const goal = (sessionKey: string, runId: string): EventInit => ({
@@ -383,6 +393,14 @@ describe("a service without AppendEventStream", () => {
     for (const r of [...first, ...later]) expect(r.status).toBe("recorded");
     expect(streamsOpened()).toBe(1); // tried once, then calls only
     expect(unaryCalls()).toBeGreaterThanOrEqual(2);
+    // The first flush went out as two stream batches; both came back UNIMPLEMENTED and went by
+    // call — one after another for a client that allows one call at a time, in order.
+    const one = counted(`http://127.0.0.1:${(h2.address() as AddressInfo).port}`);
+    coalesceRecords(one.clients.state, { maxInFlight: 1 });
+    const ordered = await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(one.clients.state, goal(`agent:main:old${Math.floor(i / 2)}`, `o-${i}`), quiet)));
+    expect(ordered.every((r) => r.status === "recorded")).toBe(true);
+    expect(one.unaryCalls()).toBe(2);
+    expect(one.mostCallsAtOnce()).toBe(1);
     const log = await logOf(t, "agent:main:old");
     expect(log.size).toBe(60);
     [...first, ...later].forEach((r, i) => {

@@ -298,6 +298,8 @@ class Coalescer {
   /** The service answered AppendEventStream with UNIMPLEMENTED: calls from now on. */
   private streamMissing = false;
   private stream: BatchStream | undefined;
+  /** Calls that replace batches of a stream the service does not have (send never rejects). */
+  private fallbackCalls: Promise<void> = Promise.resolve();
 
   constructor(
     private readonly client: StateClient,
@@ -465,7 +467,11 @@ class Coalescer {
     const error = answer.error;
     if (answer.unimplemented) {
       this.streamMissing = true;
-      return this.send(live);
+      // The batches that were in flight on it go by call one after another, in the order
+      // they were sent: within maxInFlight whatever it is, and one session's records in order.
+      const turn = this.fallbackCalls.then(() => this.send(live));
+      this.fallbackCalls = turn;
+      return turn;
     }
     if (answer.perBatch && live.length > 1 && SPLIT_ON.has(error.code)) {
       const half = Math.ceil(live.length / 2);
