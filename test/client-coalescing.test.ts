@@ -8,7 +8,7 @@
  * answered "recorded" is missing after the restart.
  */
 import { create, toBinary } from "@bufbuild/protobuf";
-import { Code, type Interceptor } from "@connectrpc/connect";
+import { Code, type Interceptor, type ServiceImpl } from "@connectrpc/connect";
 import fc from "fast-check";
 import { connectNodeAdapter } from "@connectrpc/connect-node";
 import * as http2 from "node:http2";
@@ -125,6 +125,22 @@ async function logOf(t: TestServer, sessionKey: string) {
     if (!status.stateChanges!.truncated) return events;
     since = status.stateChanges!.events.at(-1)!.sequence;
   }
+}
+
+/**
+ * A StateService of our own in front of the real one (`t`): `methods` gets the real service's
+ * clients and returns the methods to serve (the others answer UNIMPLEMENTED). Resolves to its URL.
+ */
+async function stateServiceBefore(
+  t: TestServer,
+  methods: (real: GatewayClients) => Partial<ServiceImpl<typeof StateService>>,
+): Promise<string> {
+  const real = createGatewayClients(t.url);
+  cleanups.push(() => real.close());
+  const h2 = http2.createServer(connectNodeAdapter({ routes: (router) => router.service(StateService, methods(real)) }));
+  await new Promise<void>((resolve) => h2.listen(0, "127.0.0.1", resolve));
+  cleanups.push(() => new Promise<void>((resolve) => h2.close(() => resolve())));
+  return `http://127.0.0.1:${(h2.address() as AddressInfo).port}`;
 }
 
 describe("coalescing concurrent records", () => {
@@ -382,12 +398,8 @@ describe("a service without AppendEventStream", () => {
     const t = await server();
     // A StateService with only AppendEvents (passed on to the real service): the routes of a
     // service that predates the stream.
-    const real = createGatewayClients(t.url);
-    cleanups.push(() => real.close());
-    const h2 = http2.createServer(connectNodeAdapter({ routes: (router) => router.service(StateService, { appendEvents: (req) => real.state.appendEvents(req) }) }));
-    await new Promise<void>((resolve) => h2.listen(0, "127.0.0.1", resolve));
-    cleanups.push(() => new Promise<void>((resolve) => h2.close(() => resolve())));
-    const { clients, unaryCalls, streamsOpened } = counted(`http://127.0.0.1:${(h2.address() as AddressInfo).port}`);
+    const url = await stateServiceBefore(t, (real) => ({ appendEvents: (req) => real.state.appendEvents(req) }));
+    const { clients, unaryCalls, streamsOpened } = counted(url);
     const first = await Promise.all(Array.from({ length: 30 }, (_, i) => recordEvent(clients.state, goal("agent:main:old", `f-${i}`), quiet)));
     const later = await Promise.all(Array.from({ length: 30 }, (_, i) => recordEvent(clients.state, goal("agent:main:old", `l-${i}`), quiet)));
     for (const r of [...first, ...later]) expect(r.status).toBe("recorded");
@@ -395,7 +407,7 @@ describe("a service without AppendEventStream", () => {
     expect(unaryCalls()).toBeGreaterThanOrEqual(2);
     // The first flush went out as two stream batches; both came back UNIMPLEMENTED and went by
     // call — one after another for a client that allows one call at a time, in order.
-    const one = counted(`http://127.0.0.1:${(h2.address() as AddressInfo).port}`);
+    const one = counted(url);
     coalesceRecords(one.clients.state, { maxInFlight: 1 });
     const ordered = await Promise.all(Array.from({ length: 16 }, (_, i) => recordEvent(one.clients.state, goal(`agent:main:old${Math.floor(i / 2)}`, `o-${i}`), quiet)));
     expect(ordered.every((r) => r.status === "recorded")).toBe(true);
@@ -413,26 +425,17 @@ describe("a service without AppendEventStream", () => {
 describe("a slow service", () => {
   it("both batches of one flush wait for the latest deadline among their callers: short deadlines fail alone", async () => {
     const t = await server();
-    const real = createGatewayClients(t.url);
-    cleanups.push(() => real.close());
     // Answers each stream batch 400 ms late, with the real service's results.
-    const h2 = http2.createServer(
-      connectNodeAdapter({
-        routes: (router) =>
-          router.service(StateService, {
-            async *appendEventStream(requests) {
-              for await (const req of requests) {
-                await new Promise((r) => setTimeout(r, 400));
-                const res = await real.state.appendEvents({ events: req.events });
-                yield { batchId: req.batchId, results: res.results };
-              }
-            },
-          }),
-      }),
-    );
-    await new Promise<void>((resolve) => h2.listen(0, "127.0.0.1", resolve));
-    cleanups.push(() => new Promise<void>((resolve) => h2.close(() => resolve())));
-    const { clients, sizes } = counted(`http://127.0.0.1:${(h2.address() as AddressInfo).port}`);
+    const url = await stateServiceBefore(t, (real) => ({
+      async *appendEventStream(requests) {
+        for await (const req of requests) {
+          await new Promise((r) => setTimeout(r, 400));
+          const res = await real.state.appendEvents({ events: req.events });
+          yield { batchId: req.batchId, results: res.results };
+        }
+      },
+    }));
+    const { clients, sizes } = counted(url);
     const results = await Promise.all(
       Array.from({ length: 8 }, (_, i) => recordEvent(clients.state, goal(`agent:main:d${i}`, `d-${i}`), { ...quiet, timeoutMs: i < 4 ? 100 : 5_000 })),
     );

@@ -59,8 +59,8 @@ export type RecordResult =
  * Concurrent calls on the same client (any sessions) are coalesced: the events that arrive in
  * one turn of the event loop (over calls, also those that wait while maxInFlight calls are in
  * flight) go out together in one batch — on the stream with nothing in flight, in two batches
- * that split no session's records (see {@link coalesceRecords} for the limits). Each caller still gets the exact answer for
- * its own event — recorded/duplicate with its own sequence, or skipped — only once the call
+ * that split no session's records (see {@link coalesceRecords} for the limits). Each caller
+ * still gets the exact answer for its own event — recorded/duplicate with its own sequence, or skipped — only once the call
  * that carried it has committed; an event the service rejects fails only its own caller.
  * `coalesce: false` sends the event in a call of its own.
  */
@@ -435,7 +435,7 @@ class Coalescer {
       const batch = this.queue.splice(0, n);
       // Both parts answer to the latest deadline of the whole batch, as the batch would have.
       let deadline = 0;
-      for (const q of batch) deadline = Math.max(deadline, q.deadline);
+      if (cut > 0) for (const q of batch) deadline = Math.max(deadline, q.deadline);
       for (const part of cut > 0 ? [batch.slice(0, cut), batch.slice(cut)] : [batch]) {
         this.inFlight++;
         void (this.streaming() ? this.sendOnStream(part, deadline) : this.send(part)).finally(() => {
