@@ -183,6 +183,27 @@ describe("a paired Node agent process", () => {
     }
   });
 
+  it("a human line whose uuid and timestamp break the one-line rule is reported without them, and the next line after it", async () => {
+    const file = join(root, "project", "thread-1.jsonl");
+    await writeFile(file, human("history", "u0"));
+    const node = startNode();
+    const link = await adopt("laptop");
+    try {
+      // The service refuses a report carrying such an id (SPEC's one-line rule), so the Node must drop it.
+      const hostile = JSON.stringify({ type: "user", message: { role: "user", content: "typed" }, uuid: "u\u0007", timestamp: "\b2025-01-01T00:00:00Z" });
+      await appendFile(file, hostile + "\n");
+      await notices.until(() => notices.about(ADOPTED).length === 1, "the notice for the line with hostile ids");
+      const first = notices.about(ADOPTED)[0];
+      await t.watch.ackNotices({ watcherSessionKey: MAIN, acks: [{ contextKey: first.contextKey, notifiedSequence: first.notifiedSequence }] });
+      await appendFile(file, human("and the next one", "u2"));
+      await notices.until(() => notices.about(ADOPTED).length === 2, "the notice for the next line");
+      expect(await upstreamEvents(EventKind.HUMAN_DIRECT_MESSAGE)).toHaveLength(2);
+      expect(node.log.join("")).not.toMatch(/invalid_argument|must not contain/i);
+    } catch (err) {
+      throw new Error(`${(err as Error).message}\n--- node agent log ---\n${node.log.join("")}`);
+    }
+  });
+
   it("two agents adopting the same thread are each monitored", async () => {
     const file = join(root, "project", "shared.jsonl");
     await writeFile(file, "");

@@ -114,9 +114,16 @@ export function isAsciiSpace(c: number): boolean {
 function keptId(v: unknown): string | undefined {
   if (typeof v !== "string") return undefined;
   if (v.length * 3 > MAX_ID_BYTES && Buffer.byteLength(v, "utf8") > MAX_ID_BYTES) return undefined;
-  const kept = wellFormed(v);
-  // The service refuses a report whose id breaks the one-line rule; such an id is dropped.
-  return isOneLineText(kept) ? kept : undefined;
+  return oneLineIdOrNone(wellFormed(v));
+}
+
+/**
+ * A well-formed id or timestamp of at most MAX_ID_BYTES, kept only when it follows the
+ * one-line rule: the service refuses a report whose id breaks it, so such an id is dropped
+ * (both implementations of the rule go through here).
+ */
+export function oneLineIdOrNone(v: string): string | undefined {
+  return isOneLineText(v) ? v : undefined;
 }
 
 /** Facts of an already parsed row. */
