@@ -9,9 +9,10 @@ import { join } from "node:path";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { openDatabase } from "../src/core/sqlite/database.js";
 import { SqliteCursorRows } from "../src/core/sqlite/cursorRows.js";
+import { SqliteSignalLogRows } from "../src/core/sqlite/signalLogRows.js";
 import { tempDir } from "./support/harness.js";
 
-describe("SQLite query plans of the cursors", () => {
+describe("SQLite query plans of the cursors and of pruning", () => {
   let dir: { path: string; remove(): void };
   let db: Database.Database;
 
@@ -29,6 +30,15 @@ describe("SQLite query plans of the cursors", () => {
     const sql = rows.stmt.idleOnTarget.sql.replace(/LIMIT \?\s*$/, "LIMIT 256");
     const plan = (db.prepare(`EXPLAIN QUERY PLAN ${sql}`).all("fan", "agent:fan:target", "") as { detail: string }[]).map((r) => r.detail).join("; ");
     expect(plan).toContain("USING INDEX cursors_idle_by_target");
+  });
+
+  it("finds expired events through the primary key and events_by_age, never scanning the log", () => {
+    const rows = new SqliteSignalLogRows(db) as unknown as { stmt: { expired: Database.Statement } };
+    const plan = (db.prepare(`EXPLAIN QUERY PLAN ${rows.stmt.expired.source}`).all({ below: 1, before: 1, limit: 2000 }) as { detail: string }[]).map((r) => r.detail);
+    expect(plan.filter((d) => d.includes("session_state_events"))).toEqual([
+      "SEARCH session_state_events USING INTEGER PRIMARY KEY (rowid<?)",
+      "SEARCH session_state_events USING INDEX events_by_age (recorded_at<?)",
+    ]);
   });
 
   it("writes a fan-out step's marks looking up each watcher's cursor, not reading every cursor of the target", () => {

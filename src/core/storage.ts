@@ -168,7 +168,11 @@ export interface SignalLogRows {
   countEvents(): Awaitable<number>;
   /** The sequence of the n-th newest event (0-based); undefined when there are fewer. */
   nthNewestSequence(n: number): Awaitable<number | undefined>;
-  /** Oldest first: events below `belowSequence` or recorded before `recordedBefore`. */
+  /**
+   * Up to `limit` expired events — below `belowSequence` or recorded before `recordedBefore` —
+   * by sequence, the oldest of each kind first; found through indexes, so a pass over a log
+   * with little or nothing expired costs little whatever its size.
+   */
   expiredEvents(belowSequence: number, recordedBefore: number, limit: number): Awaitable<EventPlace[]>;
   deleteEvents(sequences: readonly number[]): Awaitable<void>;
 }

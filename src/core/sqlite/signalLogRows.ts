@@ -39,8 +39,13 @@ export class SqliteSignalLogRows implements SignalLogRows {
       deleteHead: p(`DELETE FROM session_heads WHERE agent_id = ? AND session_key = ?`),
       countEvents: p(`SELECT count(*) AS n FROM session_state_events`),
       nthNewest: p(`SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?`),
-      expired: limited(`SELECT sequence, agent_id, session_key FROM session_state_events
-        WHERE sequence < ? OR recorded_at < ? ORDER BY sequence LIMIT ?`),
+      // Two index ranges merged: written as one OR, SQLite scans the whole table in sequence
+      // order whenever fewer than `limit` rows have expired (every pass of a quiet log).
+      expired: p(`SELECT sequence, agent_id, session_key FROM (
+          SELECT sequence, agent_id, session_key FROM session_state_events WHERE sequence < @below ORDER BY sequence LIMIT @limit)
+        UNION SELECT sequence, agent_id, session_key FROM (
+          SELECT sequence, agent_id, session_key FROM session_state_events WHERE recorded_at < @before ORDER BY recorded_at LIMIT @limit)
+        ORDER BY sequence LIMIT @limit`),
       deleteEvent: p(`DELETE FROM session_state_events WHERE sequence = ?`),
     };
   }
@@ -126,7 +131,7 @@ export class SqliteSignalLogRows implements SignalLogRows {
   }
 
   expiredEvents(belowSequence: number, recordedBefore: number, limit: number): EventPlace[] {
-    const rows = this.stmt.expired.all([belowSequence, recordedBefore], limit) as { sequence: number; agent_id: string; session_key: string }[];
+    const rows = this.stmt.expired.all({ below: belowSequence, before: recordedBefore, limit }) as { sequence: number; agent_id: string; session_key: string }[];
     return rows.map((r) => ({ sequence: r.sequence, session: { agentId: r.agent_id, sessionKey: r.session_key } }));
   }
 
