@@ -6,8 +6,8 @@
  * appends, status reads, watch churn, notice streams with acks and replaying subscribers
  * against it for N minutes, and prints: operations per second (mean and the lowest
  * 10-second window, i.e. what was held), latency p50/p99 per operation, the server's
- * resident memory at start, after warm-up and at the end, the largest WAL file seen, and
- * the final audit (acknowledged events lost, notices delivered twice on one stream,
+ * resident memory at start, after warm-up and at the end, the live heap's floor after
+ * warm-up and at the end, the largest WAL file seen, and the final audit (acknowledged events lost, notices delivered twice on one stream,
  * errors, integrity_check). Exits non-zero when a bound or the audit fails.
  */
 import { fork } from "node:child_process";
@@ -24,8 +24,16 @@ import { Histogram } from "./histogram.js";
 import { DEFAULT_EVENT_CACHE_CAPACITY } from "../../src/core/eventCache.js";
 
 const MiB = 1024 * 1024;
-/** Stated bounds: RSS growth from warm-up to the end, and the WAL file. */
+/** Stated bounds: RSS growth from warm-up to the end, live heap growth, and the WAL file. */
 const RSS_GROWTH_BOUND = 48 * MiB;
+/**
+ * RSS also moves with V8's heap sizing and the allocator's free lists; what a leak grows is
+ * the live heap. Its floor (the lowest `nodejs_heap_size_used_bytes` seen in a minute: what
+ * survives the collections of that minute) is compared between the first minute after
+ * warm-up and the last minute.
+ */
+const HEAP_FLOOR_GROWTH_BOUND = 16 * MiB;
+const HEAP_FLOOR_WINDOW_MS = 60_000;
 const WAL_BOUND = 64 * MiB; // journal_size_limit (src/core/sqlite/database.ts)
 
 const { values } = parseArgs({
@@ -102,6 +110,21 @@ async function main(): Promise<number> {
   // after: the memory check starts once they are full, so what it sees is what the service
   // keeps, not a cache reaching its size.
   let cachesFullAt: number | undefined;
+  const heap: { at: number; used: number }[] = [];
+  let lastMemory = "";
+  const heapWatch = setInterval(() => {
+    fetch(`${server.url}/metrics`)
+      .then((r) => r.text())
+      .then((text) => {
+        const used = Number(/^nodejs_heap_size_used_bytes (\d+)/m.exec(text)?.[1] ?? Number.NaN);
+        if (Number.isFinite(used)) heap.push({ at: performance.now(), used });
+        const gauge = (name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(text)?.[1] ?? Number.NaN);
+        lastMemory =
+          `V8 heap used ${mib(used)} of ${mib(gauge("nodejs_heap_size_total_bytes"))} committed, ` +
+          `external ${mib(gauge("nodejs_external_memory_bytes"))} (array buffers included)`;
+      })
+      .catch(() => {});
+  }, 1_000);
   const cacheWatch = setInterval(() => {
     if (cachesFullAt !== undefined) return;
     fetch(`${server.url}/metrics`)
@@ -123,6 +146,7 @@ async function main(): Promise<number> {
     clearInterval(sampler);
     clearInterval(progress);
     clearInterval(cacheWatch);
+    clearInterval(heapWatch);
   }
   sample();
   const rssAtEnd = samples.at(-1)!.rss;
@@ -134,6 +158,11 @@ async function main(): Promise<number> {
   const rssWarm = (samples.find((s) => s.at >= warmAt) ?? samples.at(-1)!).rss;
   const rssMax = Math.max(...samples.map((s) => s.rss));
   const walMax = Math.max(...samples.map((s) => s.wal));
+  const floorOf = (from: number, to: number) => Math.min(...heap.filter((h) => h.at >= from && h.at <= to).map((h) => h.used));
+  const endAt = heap.at(-1)?.at ?? warmAt;
+  const heapWarm = floorOf(warmAt, Math.min(warmAt + HEAP_FLOOR_WINDOW_MS, endAt));
+  const heapEnd = floorOf(Math.max(endAt - HEAP_FLOOR_WINDOW_MS, warmAt), endAt);
+  const heapGrowth = heapEnd - heapWarm;
   const stopCode = await server.stop();
   const integrity = checkDatabase(db, false);
   rmSync(dir, { recursive: true, force: true });
@@ -168,6 +197,11 @@ async function main(): Promise<number> {
     ["duplicate notices (same notice twice on one stream)", duplicates === 0, `${duplicates} of ${sum((r) => r.notices)} notices`],
     ["errors", errorCount === 0, errorCount === 0 ? "none" : JSON.stringify(errors)],
     ["server RSS growth after warm-up", rssAtEnd - rssWarm <= RSS_GROWTH_BOUND, `${mib(rssAtEnd - rssWarm)} (bound ${mib(RSS_GROWTH_BOUND)})`],
+    [
+      "live heap growth after warm-up (floor of a minute)",
+      Number.isFinite(heapGrowth) && heapGrowth <= HEAP_FLOOR_GROWTH_BOUND,
+      `${mib(heapGrowth)}: ${mib(heapWarm)} → ${mib(heapEnd)} (bound ${mib(HEAP_FLOOR_GROWTH_BOUND)})`,
+    ],
     ["WAL file size", walMax <= WAL_BOUND, `max ${mib(walMax)} (bound ${mib(WAL_BOUND)})`],
     ["integrity_check after a graceful stop", integrity === "ok" && stopCode === 0, `${integrity}, exit ${stopCode}`],
   ];
@@ -189,6 +223,7 @@ async function main(): Promise<number> {
     `server RSS start / 30 s / warm (${cachesFilled ? `event caches full at ${Math.round((warmAt - started) / 1000)} s` : "30 s"}) / end / max`,
     `${mib(rssAtStart)} / ${mib(rssAt30)} / ${mib(rssWarm)} / ${mib(rssAtEnd)} / ${mib(rssMax)}`,
   );
+  line("server memory at the last sample", lastMemory);
   line("WAL file max", mib(walMax));
   line("notices received / replayed / stream restarts", `${sum((r) => r.notices)} / ${sum((r) => r.replayed)} / ${sum((r) => r.streamRestarts)}`);
   console.log("");
