@@ -10,6 +10,7 @@ const BOTH_BACKENDS = [
   "test/contract*.test.ts",
   "test/messaging*.test.ts",
   "test/signal-log.test.ts",
+  "test/prune-batches.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
   "test/event-wire.test.ts",
