@@ -105,6 +105,8 @@ export class BackgroundCheckpointer {
   private readonly worker: Worker;
   private stopping = false;
   private readonly passListeners = new Set<(pass: CheckpointPass) => void>();
+  /** The last pass the worker reported. */
+  private lastPass: CheckpointPass | undefined;
 
   constructor(private readonly options: CheckpointerOptions) {
     const driver = resolveDriver();
@@ -124,6 +126,7 @@ export class BackgroundCheckpointer {
     this.worker.unref();
     this.worker.on("message", (m: { pass?: CheckpointPass; error?: string }) => {
       if (m.pass) {
+        this.lastPass = m.pass;
         for (const listener of this.passListeners) listener(m.pass);
       } else if (m.error) {
         this.fail(`a checkpoint failed: ${m.error}`);
@@ -135,8 +138,13 @@ export class BackgroundCheckpointer {
     });
   }
 
-  /** Resolves at the next reported pass (one that saw the log change) that satisfies `test` (tests). */
+  /**
+   * Resolves with the first reported pass (one that saw the log change) that satisfies `test`,
+   * the last one reported so far included (tests): a worker that has caught up reports nothing
+   * more until the log changes, so a pass reported before the caller asked must count.
+   */
   nextPass(test: (pass: CheckpointPass) => boolean = () => true): Promise<CheckpointPass> {
+    if (this.lastPass && test(this.lastPass)) return Promise.resolve(this.lastPass);
     return new Promise((resolve) => {
       const listener = (pass: CheckpointPass) => {
         if (!test(pass)) return;
