@@ -240,6 +240,18 @@ describe("retention and history gaps", () => {
     expect(pageB.events.map((e) => e.sequence)).toEqual(b.map((o) => o.sequence));
   });
 
+  it("keeps a log of exactly the row limit whole; one more event and only the oldest goes", async () => {
+    await f.dispose();
+    f = await openCore({ maxAgeMs: 30 * DAY_MS, maxRows: 3 });
+    const first = await appendN("agent:main:a", 3);
+    expect((await f.core.pruneSignalLog()).removedEvents).toBe(0);
+    await appendN("agent:main:b", 1);
+    expect((await f.core.pruneSignalLog()).removedEvents).toBe(1);
+    const page = (await f.core.getStatus({ sessionKey: "agent:main:a", agentId: "" }, 0)).changes!;
+    expect(page.events.map((e) => e.sequence)).toEqual([first[1].sequence, first[2].sequence]);
+    expect((await f.core.pruneSignalLog()).removedEvents).toBe(0);
+  });
+
   it("prune to empty then append: head monotonic, no gap from the head, sequence fresh", async () => {
     const before = await appendN(MAIN, 2);
     f.clock.now += 31 * DAY_MS;

@@ -185,10 +185,12 @@ export interface PruneReport {
 /** Rows deleted per pruning transaction, so pruning never holds the write lock for long. */
 export const PRUNE_BATCH = 2000;
 
-/** Sequences below this go whatever their age: the oldest of the newest maxRows stays. */
+/**
+ * Sequences below this go whatever their age: the oldest of the newest maxRows stays (0 when
+ * the log holds fewer). Found by walking maxRows back from the newest, not by counting the
+ * whole log first (a count reads every row of a log far above its bound).
+ */
 export async function rowCutoffFor(tx: Tx, policy: RetentionPolicy): Promise<number> {
-  const total = await tx.log.countEvents();
-  if (total <= policy.maxRows) return 0;
   return (await tx.log.nthNewestSequence(policy.maxRows - 1)) ?? 0;
 }
 

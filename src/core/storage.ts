@@ -165,7 +165,6 @@ export interface SignalLogRows {
   deleteLog(session: SessionId): Awaitable<number>;
 
   // Retention
-  countEvents(): Awaitable<number>;
   /** The sequence of the n-th newest event (0-based); undefined when there are fewer. */
   nthNewestSequence(n: number): Awaitable<number | undefined>;
   /**

@@ -110,10 +110,6 @@ export class PgSignalLogRows implements SignalLogRows {
     return removed;
   }
 
-  async countEvents(): Promise<number> {
-    return (await this.c.one<{ n: number }>("log.count", `SELECT count(*)::bigint AS n FROM session_state_events`))!.n;
-  }
-
   async nthNewestSequence(n: number): Promise<number | undefined> {
     const row = await this.c.one<{ sequence: number }>(
       "log.nthNewest",

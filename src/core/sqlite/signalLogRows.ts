@@ -37,7 +37,6 @@ export class SqliteSignalLogRows implements SignalLogRows {
       ),
       deleteEvents: p(`DELETE FROM session_state_events WHERE agent_id = ? AND session_key = ?`),
       deleteHead: p(`DELETE FROM session_heads WHERE agent_id = ? AND session_key = ?`),
-      countEvents: p(`SELECT count(*) AS n FROM session_state_events`),
       nthNewest: p(`SELECT sequence FROM session_state_events ORDER BY sequence DESC LIMIT 1 OFFSET ?`),
       // Two index ranges merged: written as one OR, SQLite scans the whole table in sequence
       // order whenever fewer than `limit` rows have expired (every pass of a quiet log).
@@ -120,10 +119,6 @@ export class SqliteSignalLogRows implements SignalLogRows {
     const removed = this.stmt.deleteEvents.run(session.agentId, session.sessionKey).changes;
     this.stmt.deleteHead.run(session.agentId, session.sessionKey);
     return removed;
-  }
-
-  countEvents(): number {
-    return (this.stmt.countEvents.get() as { n: number }).n;
   }
 
   nthNewestSequence(n: number): number | undefined {
