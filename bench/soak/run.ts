@@ -7,8 +7,8 @@
  * against it for N minutes, and prints: operations per second (mean and the lowest
  * 10-second window, i.e. what was held), latency p50/p99 per operation, the server's
  * resident memory at start, after warm-up and at the end, the live heap's floor after
- * warm-up and at the end, the largest WAL file seen, and the final audit (acknowledged events lost, notices delivered twice on one stream,
- * errors, integrity_check). Exits non-zero when a bound or the audit fails.
+ * warm-up and at the end, the largest WAL file seen, and the final audit (acknowledged
+ * events lost, notices delivered twice on one stream, errors, integrity_check). Exits non-zero when a bound or the audit fails.
  */
 import { fork } from "node:child_process";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
@@ -112,29 +112,23 @@ async function main(): Promise<number> {
   let cachesFullAt: number | undefined;
   const heap: { at: number; used: number }[] = [];
   let lastMemory = "";
-  const heapWatch = setInterval(() => {
+  // One reading of the service's metrics a second: the cache fill, the live heap, where memory is.
+  const metricsWatch = setInterval(() => {
     fetch(`${server.url}/metrics`)
       .then((r) => r.text())
       .then((text) => {
-        const used = Number(/^nodejs_heap_size_used_bytes (\d+)/m.exec(text)?.[1] ?? Number.NaN);
-        if (Number.isFinite(used)) heap.push({ at: performance.now(), used });
         const gauge = (name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(text)?.[1] ?? Number.NaN);
+        const now = performance.now();
+        if (gauge("sessionstate_event_cache_entries") >= DEFAULT_EVENT_CACHE_CAPACITY) cachesFullAt ??= now;
+        const used = gauge("nodejs_heap_size_used_bytes");
+        if (!Number.isFinite(used)) return;
+        heap.push({ at: now, used });
         lastMemory =
           `V8 heap used ${mib(used)} of ${mib(gauge("nodejs_heap_size_total_bytes"))} committed, ` +
           `external ${mib(gauge("nodejs_external_memory_bytes"))} (array buffers included)`;
       })
       .catch(() => {});
   }, 1_000);
-  const cacheWatch = setInterval(() => {
-    if (cachesFullAt !== undefined) return;
-    fetch(`${server.url}/metrics`)
-      .then((r) => r.text())
-      .then((text) => {
-        const entries = Number(/^sessionstate_event_cache_entries (\d+)/m.exec(text)?.[1] ?? 0);
-        if (entries >= DEFAULT_EVENT_CACHE_CAPACITY) cachesFullAt ??= performance.now();
-      })
-      .catch(() => {});
-  }, 5_000);
   const progress = setInterval(() => {
     const last = samples.at(-1)!;
     console.log(`  ${Math.round((performance.now() - started) / 1000)} s: server RSS ${mib(last.rss)}, WAL ${mib(last.wal)}`);
@@ -145,8 +139,7 @@ async function main(): Promise<number> {
   } finally {
     clearInterval(sampler);
     clearInterval(progress);
-    clearInterval(cacheWatch);
-    clearInterval(heapWatch);
+    clearInterval(metricsWatch);
   }
   sample();
   const rssAtEnd = samples.at(-1)!.rss;

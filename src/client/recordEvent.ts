@@ -60,8 +60,9 @@ export type RecordResult =
  * one turn of the event loop (over calls, also those that wait while maxInFlight calls are in
  * flight) go out together in one batch — on the stream with nothing in flight, in two batches
  * that split no session's records (see {@link coalesceRecords} for the limits). Each caller
- * still gets the exact answer for its own event — recorded/duplicate with its own sequence, or skipped — only once the call
- * that carried it has committed; an event the service rejects fails only its own caller.
+ * still gets the exact answer for its own event — recorded/duplicate with its own sequence,
+ * or skipped — only once the call that carried it has committed; an event the service
+ * rejects fails only its own caller.
  * `coalesce: false` sends the event in a call of its own.
  */
 export function recordEvent(client: StateClient, event: EventInit, options: RecordEventOptions = {}): Promise<RecordResult> {

@@ -114,16 +114,7 @@ export function isAsciiSpace(c: number): boolean {
 function keptId(v: unknown): string | undefined {
   if (typeof v !== "string") return undefined;
   if (v.length * 3 > MAX_ID_BYTES && Buffer.byteLength(v, "utf8") > MAX_ID_BYTES) return undefined;
-  return oneLineIdOrNone(wellFormed(v));
-}
-
-/**
- * A well-formed id or timestamp of at most MAX_ID_BYTES, kept only when it follows the
- * one-line rule: the service refuses a report whose id breaks it, so such an id is dropped
- * (both implementations of the rule go through here).
- */
-export function oneLineIdOrNone(v: string): string | undefined {
-  return isOneLineText(v) ? v : undefined;
+  return wellFormed(v);
 }
 
 /** Facts of an already parsed row. */
@@ -203,8 +194,9 @@ export function classifyFacts(f: RowFacts): ClassifiedRow {
 export function classifyText(f: RowFacts): ClassifiedRow {
   if (startsWithWrapper(f.text)) return { kind: "meta" };
   const out: ClassifiedRow = { kind: "human_turn", text: f.text };
-  if (f.uuid !== undefined) out.id = f.uuid;
-  if (f.timestamp !== undefined) out.at = f.timestamp;
+  // The service refuses a report whose id breaks the one-line rule: such an id is left out.
+  if (f.uuid !== undefined && isOneLineText(f.uuid)) out.id = f.uuid;
+  if (f.timestamp !== undefined && isOneLineText(f.timestamp)) out.at = f.timestamp;
   if (f.textTruncated) out.textTruncated = true;
   return out;
 }

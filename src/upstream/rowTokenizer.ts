@@ -5,15 +5,7 @@
  * between scans. The scanner uses it for rows too large to buffer; the rule
  * itself (and the facts of an already parsed row) live in classify.ts.
  */
-import {
-  classifyText,
-  classifyWithoutText,
-  isAsciiSpace,
-  MAX_ID_BYTES,
-  oneLineIdOrNone,
-  type ClassifiedRow,
-  type RowFacts,
-} from "./classify.js";
+import { classifyText, classifyWithoutText, isAsciiSpace, MAX_ID_BYTES, type ClassifiedRow, type RowFacts } from "./classify.js";
 import { completeUtf8Length } from "./utf8.js";
 
 // Lexer states.
@@ -332,8 +324,8 @@ export class StreamingRowClassifier {
       textTruncated: false,
     };
     if (withText) this.decodeText(f);
-    if (fl & F_UUID_SET && this.sUuid !== null) f.uuid = oneLineIdOrNone(this.sUuid);
-    if (fl & F_TS_SET && this.sTs !== null) f.timestamp = oneLineIdOrNone(this.sTs);
+    if (fl & F_UUID_SET && this.sUuid !== null) f.uuid = this.sUuid;
+    if (fl & F_TS_SET && this.sTs !== null) f.timestamp = this.sTs;
     return f;
   }
 
