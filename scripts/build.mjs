@@ -4,16 +4,25 @@
  *
  *   node scripts/build.mjs              everything: server bundle, server declarations, client package
  *   node scripts/build.mjs server       only the server bundle (about a second)
- *   node scripts/build.mjs --if-stale   the server bundle, only when one of its inputs changed
- *                                       since it was built (`npm start` and the test set-up)
+ *   node scripts/build.mjs native       only the SQLite WAL library (dist/walcoalesce.so)
+ *   node scripts/build.mjs --if-stale   the server bundle and the WAL library, only when one of
+ *                                       their inputs changed since they were built (`npm start`
+ *                                       and the test set-up)
  *
  * The server ships as one CommonJS file, dist/sessionstate.cjs (src/cli/main.ts with every
  * dependency but the native better-sqlite3 inlined), which bin/sessionstate.js runs through
  * a V8 code cache: plain `node` loads one file instead of a few hundred modules, without the
  * ES module loader, and skips compiling what the last run compiled. The build starts it once
  * (serve on port 0, a temporary database) so the first real start finds the cache, which
- * also checks that the artifact serves. Its declarations go to dist/types. The client package (packages/client) is compiled by tsc from gen/ and
- * src/client/ with the flags its consumers use.
+ * also checks that the artifact serves. Its declarations go to dist/types. The client package
+ * (packages/client) is compiled by tsc from gen/ and src/client/ with the flags its consumers
+ * use.
+ *
+ * native/walcoalesce.c is compiled with the machine's C compiler (`cc`, or $CC) against the
+ * SQLite headers better-sqlite3 ships, into dist/walcoalesce.so (.dylib on macOS): the VFS
+ * the service loads so a commit's WAL frames leave in one write (docs/performance.md, round
+ * 9). Without a compiler the build says so and goes on; the service then writes the WAL as
+ * SQLite does.
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
@@ -29,6 +38,8 @@ export const SERVER_BUNDLE = join(DIST, "sessionstate.cjs");
 const CODE_CACHE = join(DIST, ".code-cache");
 /** Every file the last bundle was made from (esbuild's metafile), for the staleness check. */
 const INPUTS = join(DIST, "sessionstate.inputs.json");
+const NATIVE_SOURCE = join(ROOT, "native/walcoalesce.c");
+export const NATIVE_LIBRARY = join(DIST, `walcoalesce.${process.platform === "darwin" ? "dylib" : "so"}`);
 /** Files that change the bundle without being one of its inputs. */
 const BUILD_FILES = ["package.json", "package-lock.json", "scripts/build.mjs", "bin/sessionstate.js"];
 
@@ -80,6 +91,35 @@ async function warmCodeCache() {
   }
 }
 
+/**
+ * Compiles the WAL library. A missing compiler (or a failed compile) is reported and leaves
+ * no library behind: the service runs without it (`--wal-writes` falls back to direct).
+ */
+export async function buildNative() {
+  mkdirSync(DIST, { recursive: true });
+  rmSync(NATIVE_LIBRARY, { force: true });
+  const headers = join(ROOT, "node_modules/better-sqlite3/deps/sqlite3");
+  const cc = process.env.CC || "cc";
+  const args = ["-O2", "-fPIC", "-Wall", "-Wextra", "-I", headers, NATIVE_SOURCE, "-o", NATIVE_LIBRARY];
+  args.splice(3, 0, process.platform === "darwin" ? "-dynamiclib" : "-shared");
+  const failure = await new Promise((resolve) => {
+    let stderr = "";
+    const child = spawn(cc, args, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });
+    child.stderr.on("data", (chunk) => (stderr += chunk));
+    child.once("error", (err) => resolve(`${cc} could not run (${err.message})`));
+    child.once("exit", (code) => resolve(code === 0 ? undefined : `${cc} exited with ${code}: ${stderr.trim()}`));
+  });
+  if (failure) {
+    rmSync(NATIVE_LIBRARY, { force: true });
+    process.stderr.write(`build: warning: the SQLite WAL library was not built — ${failure}; the service will write the WAL directly (slower commits)\n`);
+  }
+}
+
+/** Whether the WAL library is missing or older than its source (a failed compile is tried again). */
+export function nativeStale() {
+  return !existsSync(NATIVE_LIBRARY) || statSync(NATIVE_SOURCE).mtimeMs > statSync(NATIVE_LIBRARY).mtimeMs;
+}
+
 /** Whether the bundle is missing or older than any file it was made from. */
 export function serverStale() {
   if (!existsSync(SERVER_BUNDLE) || !existsSync(INPUTS)) return true;
@@ -120,17 +160,20 @@ async function main(args) {
     process.stderr.write(`build: ${name} (${Math.round(performance.now() - t0)} ms)\n`);
   };
   if (args.includes("--if-stale")) {
+    if (nativeStale()) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
     if (serverStale()) await step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer);
     return;
   }
   const only = args.filter((a) => !a.startsWith("-"));
-  const known = ["server", "types", "client"];
+  const known = ["native", "server", "types", "client"];
   const unknown = only.filter((a) => !known.includes(a));
   if (unknown.length > 0) {
     process.stderr.write(`build: unknown part(s) ${unknown.join(", ")}; parts: ${known.join(", ")}\n`);
     process.exit(2);
   }
   const parts = only.length > 0 ? only : known;
+  // The bundle's first start (its code cache) already runs with the library.
+  if (parts.includes("native")) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
   // The two tsc runs are independent of the bundle and of each other: in parallel.
   await Promise.all([
     parts.includes("server") && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),

@@ -5,6 +5,7 @@
 import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
+import type { WalWrites } from "../core/sqlite/walWrites.js";
 import { DAY_MS } from "../core/signalLog.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
 import {
@@ -50,6 +51,7 @@ export const SETTINGS: Setting[] = [
   { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
   { flag: "synchronous", env: "SESSIONSTATE_SYNCHRONOUS", description: "SQLite synchronous: normal or full", default: "normal" },
   { flag: "wal-checkpoint", env: "SESSIONSTATE_WAL_CHECKPOINT", description: "SQLite: who folds the WAL back into the file: background (a worker thread, once writes begin) or inline (the committing connection)", default: "background" },
+  { flag: "wal-writes", env: "SESSIONSTATE_WAL_WRITES", description: "SQLite: how a commit reaches the WAL file: gathered (one write per commit, through the library the build makes; direct when it is missing) or direct (SQLite's two writes per page)", default: "gathered" },
   { flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
   { flag: "max-stream-batches-in-flight", env: "SESSIONSTATE_MAX_STREAM_BATCHES_IN_FLIGHT", description: "AppendEventStream: batches of one stream read and not yet answered; beyond it the stream is not read (backpressure)", default: String(DEFAULTS.maxStreamBatchesInFlight) },
   { flag: "compress-min-bytes", env: "SESSIONSTATE_COMPRESS_MIN_BYTES", description: "Smallest response message compressed (gzip or br) for a client that accepts it; smaller ones go as they are", default: String(DEFAULTS.compressMinBytes) },
@@ -136,6 +138,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
     walCheckpoint: oneOf<WalCheckpointMode>("wal-checkpoint", ["background", "inline"]),
+    walWrites: oneOf<WalWrites>("wal-writes", ["gathered", "direct"]),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
     maxStreamBatchesInFlight: int("max-stream-batches-in-flight", 1, 100_000),
     readMaxBytes,

@@ -5,6 +5,7 @@
  */
 import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";
 import type { WalCheckpointMode } from "./sqlite/checkpointer.js";
+import type { WalWrites } from "./sqlite/walWrites.js";
 import { isPostgresUrl } from "./databaseName.js";
 import type { CoreMetrics } from "./metrics.js";
 import type { Storage, StorageLog } from "./storage.js";
@@ -17,6 +18,8 @@ export interface OpenStorageOptions {
   synchronous?: Synchronous;
   /** SQLite only: who checkpoints the WAL (sqlite/checkpointer.ts). */
   walCheckpoint?: WalCheckpointMode;
+  /** SQLite only: how commits reach the WAL file (sqlite/walWrites.ts). */
+  walWrites?: WalWrites;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
   /** Where group-commit sizes go (src/core/metrics.ts). */
@@ -30,5 +33,5 @@ export async function openStorage(options: OpenStorageOptions): Promise<Storage>
     const { PostgresStorage } = await import("./postgres/storage.js");
     return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
   }
-  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, log: options.log });
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, log: options.log });
 }

@@ -12,6 +12,7 @@ import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
+import type { WalWrites } from "../core/sqlite/walWrites.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
 import { Messaging } from "../core/coordination/messaging.js";
@@ -57,6 +58,8 @@ export interface ServerOptions {
   synchronous?: Synchronous;
   /** SQLite: who checkpoints the WAL, a worker thread once writes begin (default) or the committing connection. */
   walCheckpoint?: WalCheckpointMode;
+  /** SQLite: how commits reach the WAL file (core/sqlite/walWrites.ts); default gathered. */
+  walWrites?: WalWrites;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
   pruneIntervalMs?: number;
@@ -203,6 +206,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     db: databasePath,
     synchronous: options.synchronous,
     walCheckpoint: options.walCheckpoint,
+    walWrites: options.walWrites,
     poolSize: options.poolSize,
     metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),

@@ -13,6 +13,7 @@ import { migrate } from "./schema.js";
 import { SqliteStorage } from "./storage.js";
 import type { StorageLog } from "../storage.js";
 import type { WalCheckpointMode } from "./checkpointer.js";
+import { useWalWrites, type WalWrites } from "./walWrites.js";
 
 export type Synchronous = "off" | "normal" | "full" | "extra";
 
@@ -31,6 +32,8 @@ export interface DatabaseOptions {
   synchronous?: Synchronous;
   /** How long a writer waits for another connection's lock before SQLITE_BUSY. */
   busyTimeoutMs?: number;
+  /** How commits reach the WAL file (walWrites.ts); default `gathered`. */
+  walWrites?: WalWrites;
 }
 
 /**
@@ -46,6 +49,8 @@ export function quickCheck(db: Database.Database, maxProblems = 10): string[] {
 
 export function openDatabase(options: DatabaseOptions): Database.Database {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
+  // Before the connection opens: the VFS a connection uses is chosen when it opens.
+  useWalWrites(options.walWrites);
   const db = new Database(options.path);
   db.pragma("journal_mode = WAL");
   db.pragma(`synchronous = ${options.synchronous ?? "normal"}`);
@@ -70,6 +75,9 @@ export interface SqliteStorageOpenOptions extends DatabaseOptions {
 export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStorage {
   if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
   const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
+  const walWrites = useWalWrites(options.walWrites);
+  if (walWrites.fallback) options.log?.("warn", "SQLite WAL writes are direct (two write calls per page), not gathered", { reason: walWrites.fallback });
+  else options.log?.("info", `SQLite WAL writes ${walWrites.mode}`, walWrites.library ? { library: walWrites.library } : undefined);
   try {
     return new SqliteStorage(openDatabase(options), {
       path: options.path,
