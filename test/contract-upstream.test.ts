@@ -82,6 +82,26 @@ describe.each(PROTOCOLS)("UpstreamService over %s", (protocol) => {
       while (next.assignments[0].markerVersion === assignment.markerVersion) next = await stream.nextAssignments();
       expect(next.assignments[0]).toMatchObject({ linkId, markerVersion: assignment.markerVersion + 1n });
       expect(new TextDecoder().decode(next.assignments[0].marker)).toBe('{"offset":10}');
+      // A turn whose id and at break the one-line rule (a Node from before it dropped them) is
+      // recorded without them; the report stands and the link goes on.
+      const version = next.assignments[0].markerVersion;
+      stream.send({
+        nodeId: node,
+        message: {
+          case: "report",
+          value: {
+            linkId,
+            markerVersion: version,
+            status: CheckStatus.FOUND,
+            marker: new TextEncoder().encode('{"offset":20}'),
+            humanTurns: [{ text: "typed by hand", id: "u\u0007", at: "\b2025-01-01T00:00:00Z" }],
+          },
+        },
+      });
+      while ((next = await stream.nextAssignments()).assignments[0].markerVersion === version);
+      expect(next.assignments[0].markerVersion).toBe(version + 1n);
+      const typed = (await t.state.getStatus({ session: { sessionKey: session }, changesSince: 0n })).stateChanges!.events;
+      expect(typed.filter((e) => e.kind === EventKind.HUMAN_DIRECT_MESSAGE)).toHaveLength(1);
       // A report for a link this stream was never given ends the stream.
       stream.send({ nodeId: node, message: { case: "report", value: { linkId: "lnk_unassigned", markerVersion: 1n, status: CheckStatus.MISSING } } });
       expect(await code((async () => { for (;;) if (!(await stream.next())) return; })())).toBe(Code.PermissionDenied);

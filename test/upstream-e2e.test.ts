@@ -189,7 +189,7 @@ describe("a paired Node agent process", () => {
     const node = startNode();
     const link = await adopt("laptop");
     try {
-      // The service refuses a report carrying such an id (SPEC's one-line rule), so the Node must drop it.
+      // Such an id breaks the one-line rule: the Node leaves it out (and the service would drop it).
       const hostile = JSON.stringify({ type: "user", message: { role: "user", content: "typed" }, uuid: "u\u0007", timestamp: "\b2025-01-01T00:00:00Z" });
       await appendFile(file, hostile + "\n");
       await notices.until(() => notices.about(ADOPTED).length === 1, "the notice for the line with hostile ids");

@@ -305,6 +305,28 @@ describe("retries and atomicity", () => {
     expect(() => monitor.checkReport({ ...missing(link), humanTurns: [turn("x")] })).toThrow(/^report\.status:/);
     expect(() => monitor.checkReport(found(link, [turn("x".repeat(17 * 1024))], "m"))).toThrow(/human_turns\[0\]\.text/);
   });
+
+  it("a turn's id or at that breaks the one-line rule is dropped, not the report", async () => {
+    const link = await watchedLink();
+    const good = { text: "ok", textTruncated: false, id: "u1", at: "2025-01-01T00:00:00Z" };
+    const hostile = [
+      { ...good, id: "u\u0007" },
+      { ...good, at: "\b2025-01-01T00:00:00Z" },
+      { ...good, id: "x".repeat(257), at: "line\nbreak" },
+      { ...good, id: "\u202Eevil" },
+    ];
+    const checked = monitor.checkReport(found(link, [good, ...hostile], "m"));
+    expect(checked.humanTurns).toEqual([
+      good,
+      { ...good, id: "" },
+      { ...good, at: "" },
+      { ...good, id: "", at: "" },
+      { ...good, id: "" },
+    ]);
+    // A report without such a turn comes back as it was.
+    const clean = found(link, [good], "m");
+    expect(monitor.checkReport(clean)).toBe(clean);
+  });
 });
 
 describe("missing source", () => {

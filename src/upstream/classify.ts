@@ -194,7 +194,7 @@ export function classifyFacts(f: RowFacts): ClassifiedRow {
 export function classifyText(f: RowFacts): ClassifiedRow {
   if (startsWithWrapper(f.text)) return { kind: "meta" };
   const out: ClassifiedRow = { kind: "human_turn", text: f.text };
-  // The service refuses a report whose id breaks the one-line rule: such an id is left out.
+  // An id or at that breaks the one-line rule is left out (the service would drop it too).
   if (f.uuid !== undefined && isOneLineText(f.uuid)) out.id = f.uuid;
   if (f.timestamp !== undefined && isOneLineText(f.timestamp)) out.at = f.timestamp;
   if (f.textTruncated) out.textTruncated = true;

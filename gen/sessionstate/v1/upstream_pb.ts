@@ -532,7 +532,8 @@ export type HumanTurn = Message<"sessionstate.v1.HumanTurn"> & {
 
   /**
    * The row's own id (uuid), when it has one of at most 256 bytes that is one-line text (see
-   * "Text rules" in session.proto). Empty = none.
+   * "Text rules" in session.proto). Empty = none. The service records a turn whose id breaks
+   * that rule without it (the rest of the report stands).
    *
    * @generated from field: string id = 3;
    */

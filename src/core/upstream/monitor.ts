@@ -9,7 +9,7 @@ import { DomainError, failedPrecondition, invalidArgument } from "../errors.js";
 import { checkActorId, checkAgentId, resolveSession, type SessionId } from "../keys.js";
 import type { EventDraft } from "../model.js";
 import type { SessionState } from "../sessionState.js";
-import { checkCount, checkRange, checkOneLine } from "../validation.js";
+import { checkCount, checkRange, checkOneLine, oneLineViolation } from "../validation.js";
 import type {
   CheckAssignment,
   CheckReport,
@@ -265,6 +265,7 @@ export class UpstreamMonitor {
     checkRange(`${field}.marker_version`, report.markerVersion, 1, Number.MAX_SAFE_INTEGER);
     checkCount(`${field}.human_turns`, report.humanTurns.length, 0, MAX_REPORT_TURNS);
     report.humanTurns.forEach((t, i) => checkTurn(`${field}.human_turns[${i}]`, t));
+    const humanTurns = report.humanTurns.map(withUsableIdentity);
     if (report.marker.length > MAX_MARKER_BYTES) throw invalidArgument(`${field}.marker`, `must be at most ${MAX_MARKER_BYTES} bytes`);
     checkOneLine(`${field}.error`, report.error, MAX_REPORT_ERROR_BYTES);
     if (report.status === "found" && report.marker.length === 0) {
@@ -273,7 +274,7 @@ export class UpstreamMonitor {
     if (report.status !== "found" && (report.humanTurns.length > 0 || report.marker.length > 0)) {
       throw invalidArgument(`${field}.status`, `${statusName(report.status)} carries no human_turns and no marker`);
     }
-    return report;
+    return humanTurns.every((t, i) => t === report.humanTurns[i]) ? report : { ...report, humanTurns };
   }
 }
 
@@ -285,8 +286,21 @@ function checkTurn(field: string, turn: HumanTurn): void {
   if (Buffer.byteLength(turn.text, "utf8") > MAX_TURN_TEXT_BYTES) {
     throw invalidArgument(`${field}.text`, `must be at most ${MAX_TURN_TEXT_BYTES} bytes`);
   }
-  checkOneLine(`${field}.id`, turn.id, 256);
-  checkOneLine(`${field}.at`, turn.at, 256);
+}
+
+/** The most bytes of a turn's id or at (one-line text, as the Node copies it from the row). */
+const MAX_TURN_IDENTITY_BYTES = 256;
+
+/**
+ * A turn's id and at are the row's own, copied by the Node only when they are one-line text
+ * of at most 256 bytes. One that is not (a Node from before that rule, a hostile one) is
+ * dropped, not the report: refusing it would have the Node send the same report forever and
+ * the link would stop at that line. The turn itself is still a person typing.
+ */
+function withUsableIdentity(turn: HumanTurn): HumanTurn {
+  const usable = (v: string) => v === "" || (Buffer.byteLength(v, "utf8") <= MAX_TURN_IDENTITY_BYTES && oneLineViolation(v) === undefined);
+  if (usable(turn.id) && usable(turn.at)) return turn;
+  return { ...turn, id: usable(turn.id) ? turn.id : "", at: usable(turn.at) ? turn.at : "" };
 }
 
 /** A JSONL transcript ref is a path inside the Node's root: relative, without "..". */
