@@ -502,10 +502,13 @@ const hostileFor = (protocol: Protocol) =>
  * - key: the key rule (keys.ts) refuses every hostile character, zero-width ones too;
  * - format: a fixed alphabet (agent and node ids, catalog, context key, page token) refuses all;
  * - multiLine: message content, where any character may stand;
+ * - dropped: optional one-line text the service leaves out when it breaks the rule, keeping the
+ *   rest (a human turn's id and at: refusing a Node's report would stall its link);
  * - oneLine: everything else: the one-line rule refuses all but the zero-width characters.
  * A new field is oneLine unless listed here, so an unchecked one makes this test fail.
  */
-type FieldKind = "key" | "format" | "multiLine" | "oneLine";
+type FieldKind = "key" | "format" | "multiLine" | "dropped" | "oneLine";
+const DROPPED_FIELDS = new Set(["sessionstate.v1.HumanTurn.id", "sessionstate.v1.HumanTurn.at"]);
 const MULTI_LINE_FIELDS = new Set([
   "sessionstate.v1.TextBlock.text",
   "sessionstate.v1.ToolCallBlock.arguments_json",
@@ -523,6 +526,7 @@ const FORMAT_FIELDS = new Set(["agent_id", "target_agent_id", "source_agent_id",
 
 function kindOf(message: DescMessage, field: DescField): FieldKind {
   if (MULTI_LINE_FIELDS.has(`${message.typeName}.${field.name}`)) return "multiLine";
+  if (DROPPED_FIELDS.has(`${message.typeName}.${field.name}`)) return "dropped";
   if (/(^|_)session_keys?$/.test(field.name) || field.name === "actor_id") return "key";
   if (FORMAT_FIELDS.has(field.name)) return "format";
   return "oneLine";
