@@ -13,11 +13,16 @@
  *    before SQLite publishes the new frames in the WAL index;
  *  - before any other operation on the WAL file (read, sync, truncate, size, lock, file
  *    control, close), before a write anywhere else, and past GATHER_LIMIT bytes;
+ *  - when the connection gives up the WAL's write lock (what is left then is a rolled-back
+ *    transaction's spilled frames, which must not land later over another writer's);
  *  - and, as a last guard, when SQLite is about to publish a new WAL-index header (the
  *    database file's shared-memory barrier) with anything still gathered.
  *
- * Order and content of what reaches the file are unchanged, and nothing is published before
- * it is written: readers, the checkpointer and crash recovery see what they saw before.
+ * A failed write keeps the bytes gathered for the next operation to retry. Order and content
+ * of what reaches the file are unchanged, and nothing is published before it is written:
+ * readers, the checkpointer and crash recovery see what they saw before. A WAL is gathered
+ * only when its database file was opened through this VFS and the device has powersafe
+ * overwrite (else SQLite pads commits to a sector, splitting a frame around a sync).
  * Everything else (the database file, journals, shared memory) passes straight through.
  */
 #include "sqlite3ext.h"
@@ -58,11 +63,16 @@ static int writeThrough(GatherFile *f, const void *data, int n, sqlite3_int64 of
   return rc;
 }
 
+/*
+ * Writes what is gathered. On failure the bytes stay gathered, to be written by the next
+ * operation (the commit's own write at the latest): dropping them would leave a hole in the
+ * WAL that SQLite believes written.
+ */
 static int flushGathered(GatherFile *f) {
   int rc;
   if (f->used == 0) return SQLITE_OK;
   rc = writeThrough(f, f->buf, f->used, f->start);
-  f->used = 0;
+  if (rc == SQLITE_OK) f->used = 0;
   return rc;
 }
 
@@ -78,7 +88,7 @@ static int gWrite(sqlite3_file *p, const void *data, int n, sqlite3_int64 off) {
   if (off != f->end || f->used + n > GATHER_LIMIT) {
     rc = flushGathered(f);
     if (rc == SQLITE_OK) rc = writeThrough(f, data, n, off);
-    f->end = off + n;
+    f->end = rc == SQLITE_OK ? off + n : -1;
     return rc;
   }
   if (f->used + n > f->size) {
@@ -89,7 +99,7 @@ static int gWrite(sqlite3_file *p, const void *data, int n, sqlite3_int64 off) {
     if (!grown) {
       rc = flushGathered(f);
       if (rc == SQLITE_OK) rc = writeThrough(f, data, n, off);
-      f->end = off + n;
+      f->end = rc == SQLITE_OK ? off + n : -1;
       return rc;
     }
     f->buf = grown;
@@ -186,8 +196,21 @@ static int gShmMap(sqlite3_file *p, int region, int size, int extend, void volat
   return f->real->pMethods->xShmMap(f->real, region, size, extend, out);
 }
 
+/* Slot 0 of the WAL-index locks is the WAL's write lock. */
+#define WAL_WRITE_LOCK_SLOT 0
+
 static int gShmLock(sqlite3_file *p, int offset, int n, int flags) {
   GatherFile *f = (GatherFile *)p;
+  /* Giving up the write lock: anything still gathered belongs to a transaction that did not
+   * commit (it spilled pages, then rolled back). Written now, while no other writer can use
+   * those offsets; were it kept, a later flush would overwrite what the next writer — another
+   * connection — committed there. Nothing refers to those frames, so when the write fails
+   * they are let go. */
+  if (offset == WAL_WRITE_LOCK_SLOT && (flags & SQLITE_SHM_UNLOCK) && (flags & SQLITE_SHM_EXCLUSIVE) && f->wal && f->wal->used > 0 &&
+      flushGathered(f->wal) != SQLITE_OK) {
+    f->wal->used = 0;
+    f->wal->end = -1;
+  }
   return f->real->pMethods->xShmLock(f->real, offset, n, flags);
 }
 
@@ -210,6 +233,7 @@ static int gShmUnmap(sqlite3_file *p, int deleteFlag) {
 
 static int gFetch(sqlite3_file *p, sqlite3_int64 off, int n, void **out) {
   GatherFile *f = (GatherFile *)p;
+  *out = 0;
   FLUSH_OR_RETURN(f);
   return f->real->pMethods->xFetch(f->real, off, n, out);
 }
@@ -241,8 +265,11 @@ static int gOpen(sqlite3_vfs *vfs, sqlite3_filename name, sqlite3_file *p, int f
   p->pMethods = &gatherMethods;
   if (rc == SQLITE_OK && (flags & SQLITE_OPEN_WAL) && name) {
     sqlite3_file *db = sqlite3_database_file_object(name);
-    f->isWal = 1;
-    if (db && db->pMethods == &gatherMethods) {
+    /* Gathered only when the database file is ours (the barrier guard and the write-lock
+     * flush need it) and SQLite never splits a frame to pad a commit to a sector, which it
+     * does, with a sync in the middle, on a device without powersafe overwrite. */
+    if (db && db->pMethods == &gatherMethods && (db->pMethods->xDeviceCharacteristics(db) & SQLITE_IOCAP_POWERSAFE_OVERWRITE)) {
+      f->isWal = 1;
       f->db = (GatherFile *)db;
       f->db->wal = f;
     }
@@ -263,14 +290,10 @@ static int gCurrentTime(sqlite3_vfs *v, double *o) { (void)v; return realVfs->xC
 static int gGetLastError(sqlite3_vfs *v, int k, char *o) { (void)v; return realVfs->xGetLastError(realVfs, k, o); }
 static int gCurrentTimeInt64(sqlite3_vfs *v, sqlite3_int64 *o) { (void)v; return realVfs->xCurrentTimeInt64(realVfs, o); }
 
-/* Registers the VFS as the process's default (once), and stays loaded. */
-int sqlite3_walcoalesce_init(sqlite3 *db, char **err, const sqlite3_api_routines *api) {
-  (void)db;
-  (void)err;
-  SQLITE_EXTENSION_INIT2(api);
+static int registerOnce(void) {
   if (sqlite3_vfs_find("walcoalesce") != 0) return SQLITE_OK_LOAD_PERMANENTLY;
   realVfs = sqlite3_vfs_find(0);
-  if (realVfs == 0 || realVfs->iVersion < 2) return SQLITE_ERROR;
+  if (realVfs == 0 || realVfs == &gatherVfs || realVfs->iVersion < 2) return SQLITE_ERROR;
   gatherVfs.iVersion = 2;
   gatherVfs.szOsFile = (int)sizeof(GatherFile) + realVfs->szOsFile;
   gatherVfs.mxPathname = realVfs->mxPathname;
@@ -290,4 +313,18 @@ int sqlite3_walcoalesce_init(sqlite3 *db, char **err, const sqlite3_api_routines
   gatherVfs.xCurrentTimeInt64 = gCurrentTimeInt64;
   if (sqlite3_vfs_register(&gatherVfs, 1) != SQLITE_OK) return SQLITE_ERROR;
   return SQLITE_OK_LOAD_PERMANENTLY;
+}
+
+/* Registers the VFS as the process's default (once; threads may load it together), and stays loaded. */
+int sqlite3_walcoalesce_init(sqlite3 *db, char **err, const sqlite3_api_routines *api) {
+  sqlite3_mutex *mutex;
+  int rc;
+  (void)db;
+  (void)err;
+  SQLITE_EXTENSION_INIT2(api);
+  mutex = sqlite3_mutex_alloc(SQLITE_MUTEX_STATIC_APP1);
+  sqlite3_mutex_enter(mutex);
+  rc = registerOnce();
+  sqlite3_mutex_leave(mutex);
+  return rc;
 }

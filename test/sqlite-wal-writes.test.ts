@@ -105,6 +105,33 @@ describe.runIf(process.platform === "linux")("gathered WAL writes", () => {
     },
   );
 
+  it("never lets a rolled-back transaction's spilled frames land over what another connection committed after it", () => {
+    const path = join(dir(), "state.db");
+    openDatabase({ path }).exec("CREATE TABLE t (id INTEGER PRIMARY KEY, v BLOB, who TEXT)").close();
+    const [a, b] = [openDatabase({ path }), openDatabase({ path })];
+    for (const c of [a, b]) {
+      c.pragma("wal_autocheckpoint = 0");
+      c.pragma("cache_size = 20");
+    }
+    // A spills pages into the WAL, then rolls back: those frames were never committed.
+    a.exec("BEGIN");
+    const insertA = a.prepare("INSERT INTO t (v, who) VALUES (randomblob(3000), 'a')");
+    for (let i = 0; i < 200; i++) insertA.run();
+    a.exec("ROLLBACK");
+    // B commits at the same place in the WAL; then A reads.
+    const insertB = b.prepare("INSERT INTO t (v, who) VALUES (randomblob(3000), 'b')");
+    b.transaction(() => {
+      for (let i = 0; i < 200; i++) insertB.run();
+    })();
+    expect(a.prepare("SELECT count(*) FROM t").pluck().get()).toBe(200);
+    const fresh = new Database(path, { readonly: true });
+    expect(fresh.prepare("SELECT who, count(*) AS n FROM t GROUP BY who").all()).toEqual([{ who: "b", n: 200 }]);
+    expect(fresh.pragma("integrity_check", { simple: true })).toBe("ok");
+    fresh.close();
+    a.close();
+    b.close();
+  });
+
   it("is the server's default, and --wal-writes direct turns it off (the start-up log says which)", async () => {
     const gathered = await startServerProcess({ port: "any", db: join(dir(), "a.db"), args: ["--log-level", "info"] });
     await gathered.stop();
