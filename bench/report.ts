@@ -5,6 +5,7 @@
 import Database from "better-sqlite3";
 import { readFileSync } from "node:fs";
 import { cpus, loadavg, platform, release, totalmem } from "node:os";
+import { useWalWrites } from "../src/core/sqlite/walWrites.js";
 
 export interface BenchRow {
   section: string;
@@ -49,9 +50,13 @@ export interface MachineFacts {
   sqlite: string;
   betterSqlite3: string;
   connect: string;
+  /** How SQLite commits reach the WAL in this run (the servers and the raw references alike). */
+  walWrites: string;
 }
 
 export function machineFacts(): MachineFacts {
+  // What every server of the run will do: the first database it opens decides for the process.
+  const wal = useWalWrites();
   const db = new Database(":memory:");
   const sqlite = (db.prepare("SELECT sqlite_version() AS v").get() as { v: string }).v;
   db.close();
@@ -65,6 +70,7 @@ export function machineFacts(): MachineFacts {
     sqlite,
     betterSqlite3: packageVersion("better-sqlite3"),
     connect: packageVersion("@connectrpc/connect-node"),
+    walWrites: wal.mode === "gathered" ? "gathered (one write call per commit)" : `direct${wal.fallback ? ` — ${wal.fallback}` : ""}`,
   };
 }
 

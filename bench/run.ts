@@ -160,7 +160,7 @@ async function main(): Promise<void> {
     `${ctx.concurrency} calls in flight on one h2c connection (Connect protocol, binary) from a separate client process`;
   console.log(`sessionstate bench — ${new Date().toISOString()}`);
   console.log(`node ${facts.node}, ${facts.cores} cores (${facts.cpuModel}), ${facts.memoryGiB} GiB, ${facts.platform}`);
-  console.log(`SQLite ${facts.sqlite} (better-sqlite3 ${facts.betterSqlite3}), connect-node ${facts.connect}`);
+  console.log(`SQLite ${facts.sqlite} (better-sqlite3 ${facts.betterSqlite3}; WAL writes ${facts.walWrites}), connect-node ${facts.connect}`);
   console.log(settings);
   const loadBefore = loadAverage();
   console.log(`load average (1 min) at start: ${loadBefore}`);
@@ -186,7 +186,7 @@ async function main(): Promise<void> {
   const loadAfter = loadAverage();
   console.log(
     `Machine: node ${facts.node}, ${facts.cores} cores (${facts.cpuModel}), ${facts.platform}; ` +
-      `SQLite ${facts.sqlite}; load average ${loadBefore} at start, ${loadAfter} at end; ${settings}.\n`,
+      `SQLite ${facts.sqlite}, WAL writes ${facts.walWrites}; load average ${loadBefore} at start, ${loadAfter} at end; ${settings}.\n`,
   );
   console.log(renderTable(rows));
   const verdicts = rows.map(verdictOf).filter((v) => v !== "-");
