@@ -152,6 +152,7 @@ describe("GET /metrics", () => {
     await it.next().catch(() => {});
     expect(all.get('sessionstate_database_bytes{file="database"}')).toBeGreaterThan(0);
     expect(all.get('sessionstate_database_bytes{file="wal"}')).toBeGreaterThan(0);
+    expect(all.get("sessionstate_sqlite_wal_writes_gathered")).toBe(1);
     expect(all.get('sessionstate_upstream_links{state="unchecked"}')).toBe(1);
     expect(all.get("sessionstate_nodes_connected")).toBe(1);
     expect(all.get('sessionstate_connections{protocol="http2"}')).toBeGreaterThanOrEqual(1);

@@ -38,6 +38,11 @@ export function walLibraryPath(): string {
   return here ? fileURLToPath(new URL("../../../dist/walcoalesce", here)) : join(__dirname, "walcoalesce");
 }
 
+/** What this process does now, without loading anything. */
+export function walWritesInEffect(): WalWrites {
+  return loaded?.mode ?? "direct";
+}
+
 /** Asks for `mode`; returns what is in effect. Gathering, once loaded, stays for the process. */
 export function useWalWrites(mode: WalWrites = "gathered", library = walLibraryPath()): WalWritesState {
   if (loaded) return loaded;

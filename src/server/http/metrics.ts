@@ -11,6 +11,7 @@
 import { statSync } from "node:fs";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { CoreMetrics, StoreGauges } from "../../core/metrics.js";
+import { walWritesInEffect } from "../../core/sqlite/walWrites.js";
 
 /** What the service's scrape-time gauges read. */
 export interface ServiceSources {
@@ -152,6 +153,15 @@ export class ServerMetrics implements CoreMetrics {
         if (sources.databasePath === undefined) return;
         this.set({ file: "database" }, fileSize(sources.databasePath));
         this.set({ file: "wal" }, fileSize(`${sources.databasePath}-wal`));
+      },
+    });
+    new Gauge({
+      name: "sessionstate_sqlite_wal_writes_gathered",
+      help: "1 when this process writes a SQLite commit's WAL frames in one call (--wal-writes gathered, library loaded), 0 when SQLite writes them itself",
+      registers,
+      collect() {
+        if (sources.databasePath === undefined) return;
+        this.set(walWritesInEffect() === "gathered" ? 1 : 0);
       },
     });
   }
