@@ -100,8 +100,8 @@ export async function buildNative() {
   rmSync(NATIVE_LIBRARY, { force: true });
   const headers = join(ROOT, "node_modules/better-sqlite3/deps/sqlite3");
   const cc = process.env.CC || "cc";
-  const args = ["-O2", "-fPIC", "-Wall", "-Wextra", "-I", headers, NATIVE_SOURCE, "-o", NATIVE_LIBRARY];
-  args.splice(3, 0, process.platform === "darwin" ? "-dynamiclib" : "-shared");
+  const shared = process.platform === "darwin" ? "-dynamiclib" : "-shared";
+  const args = ["-O2", "-fPIC", shared, "-Wall", "-Wextra", "-I", headers, NATIVE_SOURCE, "-o", NATIVE_LIBRARY];
   const failure = await new Promise((resolve) => {
     let stderr = "";
     const child = spawn(cc, args, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });

@@ -41,6 +41,7 @@
  */
 import { cutUtf8 } from "./utf8.js";
 import { isOneLineText } from "../core/validation.js";
+import { MAX_TURN_IDENTITY_BYTES } from "../core/upstream/monitor.js";
 
 export type ClassifiedRow =
   | { kind: "human_turn"; text: string; id?: string; at?: string; textTruncated?: boolean }
@@ -69,8 +70,8 @@ const CLI_WRAPPER_PREFIXES: readonly string[] = [
   "[Request interrupted by user",
 ];
 
-/** Longest id / timestamp kept on a human turn, in UTF-8 bytes. */
-export const MAX_ID_BYTES = 256;
+/** Longest id / timestamp kept on a human turn, in UTF-8 bytes: the service's bound. */
+export const MAX_ID_BYTES = MAX_TURN_IDENTITY_BYTES;
 
 /** What the rule needs to know about a row; produced by both implementations. */
 export interface RowFacts {

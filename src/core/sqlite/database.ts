@@ -79,7 +79,8 @@ export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStor
   if (walWrites.fallback) options.log?.("warn", "SQLite WAL writes are direct (two write calls per page), not gathered", { reason: walWrites.fallback });
   else options.log?.("info", `SQLite WAL writes ${walWrites.mode}`, walWrites.library ? { library: walWrites.library } : undefined);
   try {
-    return new SqliteStorage(openDatabase(options), {
+    // Decided above, once: openDatabase need not look for the library again.
+    return new SqliteStorage(openDatabase({ ...options, walWrites: walWrites.mode }), {
       path: options.path,
       metrics: options.metrics,
       walCheckpoint: options.walCheckpoint,

@@ -9,7 +9,7 @@ import { DomainError, failedPrecondition, invalidArgument } from "../errors.js";
 import { checkActorId, checkAgentId, resolveSession, type SessionId } from "../keys.js";
 import type { EventDraft } from "../model.js";
 import type { SessionState } from "../sessionState.js";
-import { checkCount, checkRange, checkOneLine, oneLineViolation } from "../validation.js";
+import { checkCount, checkRange, checkOneLine, isOneLineText } from "../validation.js";
 import type {
   CheckAssignment,
   CheckReport,
@@ -29,6 +29,8 @@ export const MAX_LIST_LINKS = 1000;
 export const DEFAULT_LIST_LINKS = 100;
 export const MAX_REPORT_TURNS = 100_000;
 export const MAX_TURN_TEXT_BYTES = 16 * 1024;
+/** The most bytes of a turn's id or at (one-line text, as the Node copies it from the row). */
+export const MAX_TURN_IDENTITY_BYTES = 256;
 export const MAX_MARKER_BYTES = 512 * 1024;
 export const MAX_REPORT_ERROR_BYTES = 1024;
 
@@ -288,9 +290,6 @@ function checkTurn(field: string, turn: HumanTurn): void {
   }
 }
 
-/** The most bytes of a turn's id or at (one-line text, as the Node copies it from the row). */
-const MAX_TURN_IDENTITY_BYTES = 256;
-
 /**
  * A turn's id and at are the row's own, copied by the Node only when they are one-line text
  * of at most 256 bytes. One that is not (a Node from before that rule, a hostile one) is
@@ -298,7 +297,7 @@ const MAX_TURN_IDENTITY_BYTES = 256;
  * the link would stop at that line. The turn itself is still a person typing.
  */
 function withUsableIdentity(turn: HumanTurn): HumanTurn {
-  const usable = (v: string) => v === "" || (Buffer.byteLength(v, "utf8") <= MAX_TURN_IDENTITY_BYTES && oneLineViolation(v) === undefined);
+  const usable = (v: string) => v === "" || (Buffer.byteLength(v, "utf8") <= MAX_TURN_IDENTITY_BYTES && isOneLineText(v));
   if (usable(turn.id) && usable(turn.at)) return turn;
   return { ...turn, id: usable(turn.id) ? turn.id : "", at: usable(turn.at) ? turn.at : "" };
 }
