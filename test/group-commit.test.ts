@@ -1,13 +1,14 @@
 /**
  * Group commit of the SQLite backend over a real file (WAL, as the service opens it): group
  * units submitted together share one commit, yet each stays atomic on its own and callers
- * hear back only after COMMIT; a burst larger than GROUP_COMMIT_MAX_EVENTS commits in parts.
+ * hear back only after COMMIT; a burst larger than GROUP_COMMIT_MAX_EVENTS commits in parts,
+ * and units on other sessions than a group already holding GROUP_COMMIT_FILL_EVENTS commit next.
  */
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { join } from "node:path";
 import { openDatabase, openSqliteStorage } from "../src/core/sqlite/database.js";
-import { GROUP_COMMIT_MAX_EVENTS, SqliteStorage } from "../src/core/sqlite/storage.js";
+import { GROUP_COMMIT_FILL_EVENTS, GROUP_COMMIT_MAX_EVENTS, SqliteStorage, nextGroupSize, type WaitingUnit } from "../src/core/sqlite/storage.js";
 import { tempDir } from "./support/harness.js";
 
 describe("SQLite group commit", () => {
@@ -163,10 +164,13 @@ describe("the bound on a SQLite group commit", () => {
       expect(order.indexOf(`answered ${perCommit - 1}`)).toBeLessThan(order.indexOf(`run ${perCommit}`));
       expect(storage.db.prepare("SELECT count(*) FROM written").pluck().get()).toBe(10);
 
-      // Small units still share one commit.
+      // Small units on sessions of their own share a commit until it holds GROUP_COMMIT_FILL_EVENTS
+      // events; the rest commit next, after the first part has been answered.
       commits.length = 0;
+      order.length = 0;
       await Promise.all(Array.from({ length: 16 }, (_, i) => unitOf(100 + i, sessions(`one${i}-`, 1))));
-      expect(commits).toEqual([16]);
+      expect(commits).toEqual([GROUP_COMMIT_FILL_EVENTS, 16 - GROUP_COMMIT_FILL_EVENTS]);
+      expect(order.indexOf(`answered ${100 + GROUP_COMMIT_FILL_EVENTS - 1}`)).toBeLessThan(order.indexOf(`run ${100 + GROUP_COMMIT_FILL_EVENTS}`));
 
       // A unit heavier than the bound is not refused: it commits alone, the next one after it.
       commits.length = 0;
@@ -186,5 +190,41 @@ describe("the bound on a SQLite group commit", () => {
       await storage.close();
       dir.remove();
     }
+  });
+});
+
+describe("which waiting units one SQLite group commit takes (nextGroupSize)", () => {
+  const on = (...keys: string[]): WaitingUnit => ({ weight: Math.max(1, keys.length), lock: keys.map((k) => ({ agentId: "a", sessionKey: `agent:a:${k}` })) });
+  const spread = (prefix: string, n: number) => on(...Array.from({ length: n }, (_, i) => `${prefix}${i}`));
+
+  it("takes every unit while the group holds fewer than GROUP_COMMIT_FILL_EVENTS events", () => {
+    const singles = Array.from({ length: 20 }, (_, i) => on(`s${i}`));
+    expect(nextGroupSize(singles)).toBe(GROUP_COMMIT_FILL_EVENTS);
+    expect(nextGroupSize(singles.slice(0, 3))).toBe(3);
+    // The unit that fills the group still joins whole: 7 events, then a batch of 5.
+    expect(nextGroupSize([spread("a", GROUP_COMMIT_FILL_EVENTS - 1), spread("b", 5), on("c")])).toBe(2);
+  });
+
+  it("stops at a full group before a unit on other sessions, and takes one whose sessions are mostly in it", () => {
+    const full = spread("s", GROUP_COMMIT_FILL_EVENTS);
+    // Batches from a stream: sessions of their own, so each commits alone and is answered sooner.
+    expect(nextGroupSize([full, spread("t", GROUP_COMMIT_FILL_EVENTS), spread("u", GROUP_COMMIT_FILL_EVENTS)])).toBe(1);
+    // Half of its sessions in the group already: it joins (same pages), and so does the next one.
+    expect(nextGroupSize([full, on("s0", "s1", "x", "y"), on("x", "y")])).toBe(3);
+    // Fewer than half: it waits, and so does everything behind it (answers keep their order).
+    expect(nextGroupSize([full, on("s0", "x", "y"), on("s1")])).toBe(1);
+  });
+
+  it("groups calls of 100 events on the same sessions up to GROUP_COMMIT_MAX_EVENTS", () => {
+    const calls = Array.from({ length: 10 }, () => spread("s", 100));
+    expect(nextGroupSize(calls)).toBe(Math.floor(GROUP_COMMIT_MAX_EVENTS / 100));
+    // A heavier unit than the bound still commits, alone.
+    expect(nextGroupSize([spread("h", GROUP_COMMIT_MAX_EVENTS + 1), on("s0")])).toBe(1);
+    expect(nextGroupSize([on("s0"), spread("h", GROUP_COMMIT_MAX_EVENTS + 1)])).toBe(1);
+  });
+
+  it("takes one unit at least, and nothing from an empty queue", () => {
+    expect(nextGroupSize([])).toBe(0);
+    expect(nextGroupSize([{ weight: 1, lock: [] }, { weight: 1, lock: [] }])).toBe(2);
   });
 });
