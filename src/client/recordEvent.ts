@@ -429,7 +429,8 @@ class Coalescer {
       // for one queue measured about 30 % slower. Stream: with nothing in flight (and room
       // for two batches) it leaves as two, written together. The service commits and answers
       // them apart when each fills a commit (GROUP_COMMIT_FILL_EVENTS on SQLite), so the first
-      // one's callers prepare their next records while the second commits: client and service work at the same time instead of taking turns,
+      // one's callers prepare their next records while the second commits: client and service
+      // work at the same time instead of taking turns,
       // and a stream batch costs little (16 callers: 13–26 % more events per second,
       // docs/performance.md, round 7).
       const cut = this.streaming() && this.inFlight === 0 && this.maxInFlight() >= 2 ? sessionBoundaryNear(this.queue, n) : 0;

@@ -7,6 +7,11 @@ export interface SessionId {
   sessionKey: string;
 }
 
+/** One string per session, for maps and sets keyed by session (the NUL never occurs in a key or an agent id). */
+export function sessionIdKey(session: SessionId): string {
+  return `${session.agentId}\u0000${session.sessionKey}`;
+}
+
 export const MAX_KEY_BYTES = 512;
 const AGENT_ID = /^[A-Za-z0-9_.-]{1,64}$/;
 const AGENT_QUALIFIED = /^agent:([^:]+):(.+)$/s;

@@ -17,7 +17,7 @@
  * - Restart: a pending notice is re-frozen at its material mark (the text is unchanged), and
  *   fan-outs cut short by a stop are finished.
  */
-import { contextKeyFor, isNestedSessionKey, watcherAgentId, type SessionId } from "./keys.js";
+import { contextKeyFor, isNestedSessionKey, sessionIdKey, watcherAgentId, type SessionId } from "./keys.js";
 import { type Notice, type SessionHead, type WatchCursor } from "./model.js";
 import type { NoticeSlice } from "./noticeWakeups.js";
 import type { CursorMarks, Tx, WatcherSelector } from "./storage.js";
@@ -180,7 +180,7 @@ export async function withMaterialMarks(tx: Tx, cursors: readonly WatchCursor[])
       continue;
     }
     const target = { agentId: cursor.targetAgentId, sessionKey: cursor.targetKey };
-    const id = `${target.agentId}\u0000${target.sessionKey}`;
+    const id = sessionIdKey(target);
     if (!heads.has(id)) heads.set(id, await tx.log.head(target));
     const head = heads.get(id);
     const mark = head ? materialFor(head, cursor.watcherKey, cursor.notified) : 0;

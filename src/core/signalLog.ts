@@ -2,7 +2,7 @@
  * The signal log (SPEC §2, §3.3, §3.4): how an event is appended, how the delta is read, and
  * what retention removes. Every backend runs these same rules against its rows.
  */
-import type { SessionId } from "./keys.js";
+import { sessionIdKey, type SessionId } from "./keys.js";
 import type { EventCache } from "./eventCache.js";
 import { EMPTY_HEAD, NOTIFY_ELIGIBLE, type AppendOutcome, type ChangesPage, type EventDraft, type SessionHead, type SignalEvent } from "./model.js";
 import { fanOutMaterialEvent } from "./noticeProtocol.js";
@@ -49,14 +49,14 @@ export class HeadBuffer {
   private readonly heads = new Map<string, { session: SessionId; head: SessionHead | undefined; dirty: boolean }>();
 
   async get(tx: Tx, session: SessionId): Promise<SessionHead | undefined> {
-    const id = `${session.agentId}\u0000${session.sessionKey}`;
+    const id = sessionIdKey(session);
     let entry = this.heads.get(id);
     if (!entry) this.heads.set(id, (entry = { session, head: await tx.log.head(session), dirty: false }));
     return entry.head;
   }
 
   put(session: SessionId, head: SessionHead): void {
-    this.heads.set(`${session.agentId}\u0000${session.sessionKey}`, { session, head, dirty: true });
+    this.heads.set(sessionIdKey(session), { session, head, dirty: true });
   }
 
   async flush(tx: Tx): Promise<void> {
@@ -198,7 +198,7 @@ export async function rowCutoffFor(tx: Tx, policy: RetentionPolicy): Promise<num
 export function groupBySession(doomed: readonly EventPlace[]): { session: SessionId; highest: number }[] {
   const bySession = new Map<string, { session: SessionId; highest: number }>();
   for (const e of doomed) {
-    const id = `${e.session.agentId}\u0000${e.session.sessionKey}`;
+    const id = sessionIdKey(e.session);
     const seen = bySession.get(id);
     if (!seen) bySession.set(id, { session: e.session, highest: e.sequence });
     else if (seen.highest < e.sequence) seen.highest = e.sequence;

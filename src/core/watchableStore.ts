@@ -13,7 +13,7 @@
  *
  * A unit that fails commits nothing and publishes nothing.
  */
-import type { SessionId } from "./keys.js";
+import { sessionIdKey, type SessionId } from "./keys.js";
 import { encodeSlice, slicesOf } from "./noticeWakeups.js";
 import { EventCache } from "./eventCache.js";
 import type { Notice, SignalEvent } from "./model.js";
@@ -71,8 +71,6 @@ class UnitContext implements WriteContext {
 
 /** The wake-up topic of notices: keys name slices of changed cursors (noticeWakeups.ts). */
 export const NOTICES_TOPIC = "notices";
-
-const targetId = (t: SessionId) => `${t.agentId}\u0000${t.sessionKey}`;
 
 export class WatchableStore {
   /** This process's live notice subscribers. */
@@ -149,7 +147,7 @@ export class WatchableStore {
   /** Continues (or starts, with "") the fan-out of a target after commit. */
   scheduleFanOut(target: SessionId, afterWatcher: string): void {
     if (this.closed) return;
-    const id = targetId(target);
+    const id = sessionIdKey(target);
     const queued = this.fanOutQueue.get(id);
     if (queued) {
       if (afterWatcher < queued.after) queued.after = afterWatcher;
@@ -177,7 +175,7 @@ export class WatchableStore {
   }
 
   private scheduleFanOutLater(target: SessionId, after: string): void {
-    const id = targetId(target);
+    const id = sessionIdKey(target);
     const queued = this.fanOutQueue.get(id);
     if (queued) queued.after = after < queued.after ? after : queued.after;
     else this.fanOutQueue.set(id, { target, after });

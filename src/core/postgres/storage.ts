@@ -22,7 +22,7 @@
  */
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
-import type { SessionId } from "../keys.js";
+import { sessionIdKey, type SessionId } from "../keys.js";
 import type { CoreMetrics } from "../metrics.js";
 import { describeDatabase } from "../databaseName.js";
 import type { IntegrityReport, Leadership, SingletonJob, Storage, StorageLog, Tx, WakeupListener, WriteOptions } from "../storage.js";
@@ -65,7 +65,7 @@ const types = {
 
 /** The 64-bit advisory lock key of a session (any collision only serialises two sessions more than needed). */
 export function sessionLockKey(session: SessionId): bigint {
-  return createHash("sha1").update(`${session.agentId}\u0000${session.sessionKey}`).digest().readBigInt64BE(0);
+  return createHash("sha1").update(sessionIdKey(session)).digest().readBigInt64BE(0);
 }
 
 /** The schema a connection string works in (its search_path decides; usually "public"). */

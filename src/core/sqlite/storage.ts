@@ -17,7 +17,7 @@
 import type Database from "better-sqlite3";
 import { statSync } from "node:fs";
 import { resolve } from "node:path";
-import type { SessionId } from "../keys.js";
+import { sessionIdKey, type SessionId } from "../keys.js";
 import type { CoreMetrics } from "../metrics.js";
 import type { IntegrityReport, Leadership, Storage, StorageLog, Tx, WriteOptions } from "../storage.js";
 import { SqliteInboxRows, SqliteMessagingRows } from "./coordinationRows.js";
@@ -78,8 +78,6 @@ interface GroupMember extends WaitingUnit {
   reject(err: unknown): void;
 }
 
-const sessionKeyOf = (s: SessionId) => `${s.agentId}\u0000${s.sessionKey}`;
-
 /**
  * How many of the waiting units (oldest first, never reordered) the next group commit takes:
  * at least one; then units while the group stays within GROUP_COMMIT_MAX_EVENTS, and once it
@@ -96,14 +94,14 @@ export function nextGroupSize(waiting: readonly WaitingUnit[]): number {
       if (events >= GROUP_COMMIT_FILL_EVENTS) {
         if (!sessions) {
           sessions = new Set();
-          for (let i = 0; i < n; i++) for (const s of waiting[i].lock) sessions.add(sessionKeyOf(s));
+          for (let i = 0; i < n; i++) for (const s of waiting[i].lock) sessions.add(sessionIdKey(s));
         }
         let shared = 0;
-        for (const s of unit.lock) if (sessions.has(sessionKeyOf(s))) shared++;
+        for (const s of unit.lock) if (sessions.has(sessionIdKey(s))) shared++;
         if (shared * 2 < unit.lock.length || unit.lock.length === 0) break;
       }
     }
-    if (sessions) for (const s of unit.lock) sessions.add(sessionKeyOf(s));
+    if (sessions) for (const s of unit.lock) sessions.add(sessionIdKey(s));
     events += unit.weight;
     n++;
   }
