@@ -7,6 +7,7 @@ import { Code, createClient } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamKind, UpstreamService } from "../gen/sessionstate/v1/upstream_pb.js";
 import { createLogger } from "../src/server/logger.js";
+import { CallLog } from "../src/server/http/callLog.js";
 import { generateSecret, hashSecret, TokenTable } from "../src/server/auth/tokens.js";
 import { humanWrites, spawnChild, upsertMain } from "./support/clientScenario.js";
 import { clientsFor, startTestServer, transportFor, type TestServer } from "./support/harness.js";
@@ -224,14 +225,24 @@ describe("the per-RPC log line", () => {
     const line = logs.filter((l) => l.msg === "rpc" && l.token === "dashboard").at(-1);
     expect(line).toMatchObject({ level: "debug", procedure: "sessionstate.v1.StateService/GetStatus", code: "ok", role: "reader", peer: "127.0.0.1" });
     expect(typeof line!.durationMs).toBe("number");
-    // A body the protobuf decoder cannot read is refused by the RPC layer as INTERNAL.
+    // A body the protobuf decoder cannot read is the caller's error, logged as such (not at warn).
     const session = await connectH2(t.url);
     const garbage = Buffer.from([0, 0, 0, 0, 3, 0xff, 0xff, 0xff]);
     const call = rawCall(session, "/sessionstate.v1.StateService/GetStatus", { "content-type": "application/grpc", te: "trailers", authorization: `Bearer ${SECRET.admin}` }, garbage);
     const answer = await call.answer;
     session.close();
-    expect({ ...answer.headers, ...answer.trailers }["grpc-status"]).toBe(String(Code.Internal));
-    const internal = logs.filter((l) => l.msg === "rpc" && l.code === "internal").at(-1);
-    expect(internal).toMatchObject({ level: "warn", procedure: "sessionstate.v1.StateService/GetStatus", token: "ops", role: "admin" });
+    expect({ ...answer.headers, ...answer.trailers }["grpc-status"]).toBe(String(Code.InvalidArgument));
+    const refused = logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/GetStatus").at(-1);
+    expect(refused).toMatchObject({ code: "invalid_argument", token: "ops", role: "admin" });
+    expect(logs.some((l) => l.msg === "rpc" && l.code === "internal")).toBe(false);
+    // No caller can end a call INTERNAL any more; the rule of the line itself, on its own.
+    const lines: Record<string, unknown>[] = [];
+    const calls = new CallLog(createLogger({ level: "debug", write: (l) => lines.push(JSON.parse(l)) }), undefined);
+    calls.ended({ procedure: "sessionstate.v1.StateService/GetStatus", peer: "127.0.0.1", startedAt: performance.now() }, Code.Internal);
+    calls.ended({ procedure: "sessionstate.v1.StateService/GetStatus", peer: "127.0.0.1", startedAt: performance.now() }, Code.InvalidArgument);
+    expect(lines.map((l) => [l.level, l.code])).toEqual([
+      ["warn", "internal"],
+      ["debug", "invalid_argument"],
+    ]);
   });
 });

@@ -20,7 +20,8 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { createAsyncIterable, encodeEnvelope, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type http from "node:http";
 import http2 from "node:http2";
@@ -30,6 +31,7 @@ import type { CallLog } from "./callLog.js";
 import type { EarlyAuthorization } from "./earlyAuth.js";
 import { RequestBodyGuard, type BodyLimits, type BodyShape } from "./requestBody.js";
 import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, type RpcProtocol } from "./rpcProtocol.js";
+import { isBinaryParseFailure, requestTypeName, rewriteUndecodableTrailer, undecodableRequest } from "../requestParseErrors.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
@@ -138,6 +140,12 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
           errorBody = Buffer.concat(chunks);
           uRes = { ...uRes, body: createAsyncIterable([errorBody]) };
         }
+        // A unary request is decoded before any interceptor sees the call (requestParseErrors.ts).
+        if (handler.method.methodKind === "unary") {
+          uRes = undecodableAsCallerError(uRes, protocol, req.headers, errorBody, requestTypeName(handler.method), () => {
+            record.code = Code.InvalidArgument;
+          });
+        }
         response = uRes;
         await universalResponseToNodeResponse(uRes, res);
       })
@@ -149,6 +157,72 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
       });
     return true;
   };
+}
+
+/**
+ * `uRes` with Connect's INTERNAL for a unary request that did not decode replaced by the
+ * caller's error, in the protocol's framing: the Connect error body (`json`, read already),
+ * gRPC's trailers (rewritten once the body has gone, when they are read), or gRPC-Web's
+ * trailer frame. Every other answer is returned as it is.
+ */
+function undecodableAsCallerError(
+  uRes: UniversalServerResponse,
+  protocol: RpcProtocol,
+  headers: http.IncomingHttpHeaders,
+  json: Uint8Array | undefined,
+  typeName: string,
+  rewritten: () => void,
+): UniversalServerResponse {
+  switch (protocol) {
+    case "connect-unary": {
+      if (!json) return uRes;
+      let error: { code?: unknown; message?: unknown };
+      try {
+        error = JSON.parse(new TextDecoder().decode(json)) as typeof error;
+      } catch {
+        return uRes;
+      }
+      if (error.code !== "internal" || typeof error.message !== "string" || !isBinaryParseFailure(Code.Internal, error.message)) return uRes;
+      rewritten();
+      return errorResponse(protocol, headers, undecodableRequest(typeName, error.message));
+    }
+    case "grpc": {
+      const trailer = uRes.trailer;
+      if (!trailer) return uRes;
+      return {
+        status: uRes.status,
+        header: uRes.header,
+        body: uRes.body,
+        get trailer() {
+          if (rewriteUndecodableTrailer(trailer, typeName)) rewritten();
+          return trailer;
+        },
+      };
+    }
+    case "grpc-web":
+      return uRes.body ? { ...uRes, body: withCallerTrailerFrame(uRes.body, typeName, rewritten) } : uRes;
+    default:
+      return uRes;
+  }
+}
+
+/** gRPC-Web's body with its trailer frame rewritten when it reports a request that did not decode. */
+async function* withCallerTrailerFrame(body: AsyncIterable<Uint8Array>, typeName: string, rewritten: () => void): AsyncIterable<Uint8Array> {
+  for await (const chunk of body) {
+    // A trailer frame is a chunk of its own (connect joins each envelope into one chunk).
+    if (chunk.byteLength >= 5 && (chunk[0] & trailerFlag) === trailerFlag) {
+      const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
+      if (5 + length === chunk.byteLength) {
+        const trailer = trailerParse(chunk.subarray(5));
+        if (rewriteUndecodableTrailer(trailer, typeName)) {
+          rewritten();
+          yield encodeEnvelope(trailerFlag, trailerSerialize(trailer));
+          continue;
+        }
+      }
+    }
+    yield chunk;
+  }
 }
 
 function bodyShape(protocol: RpcProtocol, handler: UniversalHandler, req: NodeRequest): BodyShape {

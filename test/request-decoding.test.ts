@@ -1,0 +1,140 @@
+/**
+ * Request bytes that do not decode are the caller's error (INVALID_ARGUMENT naming the request
+ * type), never INTERNAL — for unary and streaming methods, over Connect, gRPC and gRPC-Web,
+ * against a real server on a real port through raw HTTP/2 (no client would send such bytes).
+ */
+import { create, toBinary } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import type http2 from "node:http2";
+import { GetStatusRequestSchema } from "../gen/sessionstate/v1/state_pb.js";
+import { startTestServer, type TestServer } from "./support/harness.js";
+import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
+
+/** An illegal tag (wire type 7) at the start: no protobuf reader accepts it. */
+const GARBAGE = Buffer.from([0xff, 0xff, 0xff, 0x0a, 0x05, 0x61, 0x62]);
+/** A length-delimited field that runs past the end. */
+const TRUNCATED = Buffer.from([0x0a, 0x40, 0x61]);
+
+function envelope(flags: number, data: Uint8Array): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = flags;
+  head.writeUInt32BE(data.byteLength, 1);
+  return Buffer.concat([head, data]);
+}
+
+/** The envelopes of an enveloped body: [flags, data]. */
+function envelopes(body: Buffer): [number, Buffer][] {
+  const out: [number, Buffer][] = [];
+  for (let at = 0; at + 5 <= body.length; ) {
+    const length = body.readUInt32BE(at + 1);
+    out.push([body[at], body.subarray(at + 5, at + 5 + length)]);
+    at += 5 + length;
+  }
+  return out;
+}
+
+type Answer = { code: string; message: string };
+
+const GRPC_CODES: Record<string, string> = { "0": "ok", "3": "invalid_argument", "13": "internal", "12": "unimplemented" };
+
+/** The status an answer carries, in whichever framing its protocol uses. */
+function statusOf(protocol: "connect" | "connect-stream" | "grpc" | "grpc-web", a: RawAnswer): Answer {
+  switch (protocol) {
+    case "connect": {
+      const error = JSON.parse(a.body.toString("utf8")) as Answer;
+      return { code: error.code, message: error.message };
+    }
+    case "connect-stream": {
+      const end = envelopes(a.body).find(([flags]) => (flags & 0x02) !== 0);
+      const parsed = JSON.parse(end![1].toString("utf8")) as { error?: Answer };
+      return parsed.error ?? { code: "ok", message: "" };
+    }
+    case "grpc": {
+      const status = String(a.trailers["grpc-status"] ?? a.headers["grpc-status"]);
+      return { code: GRPC_CODES[status] ?? status, message: decodeURIComponent(String(a.trailers["grpc-message"] ?? a.headers["grpc-message"] ?? "")) };
+    }
+    case "grpc-web": {
+      const trailer = envelopes(a.body).find(([flags]) => (flags & 0x80) !== 0)![1].toString("utf8");
+      const fields = Object.fromEntries(
+        trailer
+          .split("\r\n")
+          .filter((l) => l.includes(":"))
+          .map((l) => [l.slice(0, l.indexOf(":")).trim().toLowerCase(), l.slice(l.indexOf(":") + 1).trim()]),
+      );
+      return { code: GRPC_CODES[fields["grpc-status"]] ?? fields["grpc-status"], message: decodeURIComponent(fields["grpc-message"] ?? "") };
+    }
+  }
+}
+
+const HEADERS = {
+  connect: { "content-type": "application/proto", "connect-protocol-version": "1" },
+  "connect-stream": { "content-type": "application/connect+proto", "connect-protocol-version": "1" },
+  grpc: { "content-type": "application/grpc", te: "trailers" },
+  "grpc-web": { "content-type": "application/grpc-web+proto" },
+} as const;
+
+let server: TestServer;
+let session: http2.ClientHttp2Session;
+
+beforeAll(async () => {
+  server = await startTestServer();
+  session = await connectH2(server.url);
+});
+
+afterAll(async () => {
+  session?.close();
+  await server?.stop();
+});
+
+async function call(path: string, protocol: keyof typeof HEADERS, message: Uint8Array): Promise<{ answer: RawAnswer; status: Answer }> {
+  const body = protocol === "connect" ? Buffer.from(message) : envelope(0, message);
+  const answer = await rawCall(session, path, HEADERS[protocol], body).answer;
+  return { answer, status: statusOf(protocol, answer) };
+}
+
+describe("a unary request that does not decode", () => {
+  for (const protocol of ["connect", "grpc", "grpc-web"] as const) {
+    it(`is INVALID_ARGUMENT naming the request type over ${protocol}`, async () => {
+      for (const [path, typeName] of [
+        ["/sessionstate.v1.StateService/GetStatus", "sessionstate.v1.GetStatusRequest"],
+        // Binary appends take a wire form of the request (appendRequestWire.ts); the caller hears the public name.
+        ["/sessionstate.v1.StateService/AppendEvents", "sessionstate.v1.AppendEventsRequest"],
+        ["/sessionstate.v1.WatchService/ListWatchCursors", "sessionstate.v1.ListWatchCursorsRequest"],
+      ]) {
+        for (const bytes of [GARBAGE, TRUNCATED]) {
+          const { answer, status } = await call(path, protocol, bytes);
+          expect(status.code, `${path} ${bytes.toString("hex")}`).toBe("invalid_argument");
+          expect(status.message).toMatch(new RegExp(`^cannot decode message ${typeName.replace(/\./g, "\\.")} from binary: `));
+          if (protocol === "connect") expect(answer.status).toBe(400);
+        }
+      }
+    });
+  }
+
+  it("leaves every other answer as it was: a valid request still succeeds, and other errors keep their codes", async () => {
+    const valid = toBinary(GetStatusRequestSchema, create(GetStatusRequestSchema, { session: { sessionKey: "agent:main:nobody" } }));
+    for (const protocol of ["connect", "grpc", "grpc-web"] as const) {
+      // An unknown session: the core's NOT_FOUND, untouched by the rewrite.
+      const { status } = await call("/sessionstate.v1.StateService/GetStatus", protocol, valid);
+      expect(status.code, protocol).toBe(protocol === "connect" ? "not_found" : "5");
+    }
+  });
+});
+
+describe("a streamed request that does not decode", () => {
+  for (const protocol of ["connect-stream", "grpc", "grpc-web"] as const) {
+    it(`is INVALID_ARGUMENT naming the request type over ${protocol}`, async () => {
+      for (const [path, typeName] of [
+        // Client messages of a bidirectional stream (binary: the wire form again).
+        ["/sessionstate.v1.StateService/AppendEventStream", "sessionstate.v1.AppendEventStreamRequest"],
+        // The single request of a server stream.
+        ["/sessionstate.v1.WatchService/StreamNotices", "sessionstate.v1.StreamNoticesRequest"],
+      ]) {
+        if (protocol === "grpc-web" && path.endsWith("AppendEventStream")) continue; // gRPC-Web has no client streams
+        const { status } = await call(path, protocol, GARBAGE);
+        expect(status.code, path).toBe("invalid_argument");
+        expect(status.message).toMatch(new RegExp(`^cannot decode message ${typeName.replace(/\./g, "\\.")} from binary: `));
+      }
+    });
+  }
+});
