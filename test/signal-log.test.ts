@@ -5,6 +5,7 @@
  */
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
 import { DomainError } from "../src/core/errors.js";
+import { CURSOR_SWEEP_SCAN } from "../src/core/cursors.js";
 import { DAY_MS } from "../src/core/signalLog.js";
 import { event, openCore, type CoreFixture } from "./support/core.js";
 
@@ -291,6 +292,25 @@ describe("retention and history gaps", () => {
     f.clock.now += 2 * DAY_MS;
     expect((await f.core.pruneSignalLog()).removedCursors).toBe(1);
     expect(await f.core.listCursors({ watcherKey: MAIN })).toEqual([]);
+  });
+
+  it("expires idle cursors over more than one sweep step, and keeps the ones touched since", async () => {
+    const target = { sessionKey: "agent:main:t", agentId: "" };
+    await f.core.upsertSession(target, {});
+    const watchers = Array.from({ length: CURSOR_SWEEP_SCAN + 3 }, (_, i) => `agent:main:w${i}`);
+    // Written in one transaction (as many Watch calls would write them), to keep the test short.
+    const now = f.clock.now;
+    await f.core.store.write(async ({ tx }) => {
+      for (const w of watchers) {
+        await tx.cursors.insertCursor({ watcherKey: w, targetAgentId: "main", targetKey: target.sessionKey, lastSeen: 0, notified: 0, material: 0, provenance: "explicit", updatedAt: now });
+      }
+    });
+    f.clock.now += 20 * DAY_MS;
+    await f.core.watch("agent:main:late", target);
+    f.clock.now += 11 * DAY_MS;
+    expect((await f.core.pruneSignalLog()).removedCursors).toBe(watchers.length);
+    expect((await f.core.listCursors({ watcherKey: "agent:main:late" })).map((c) => c.targetKey)).toEqual(["agent:main:t"]);
+    expect(await f.core.listCursors({ watcherKey: watchers[0] })).toEqual([]);
   });
 });
 

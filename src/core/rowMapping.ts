@@ -3,7 +3,7 @@
  * each driver is set up to return integers as numbers; flags may arrive as 0/1 (SQLite) or
  * as booleans (PostgreSQL).
  */
-import type { CheckAssignmentRow, IdleCursor, SessionFields } from "./storage.js";
+import type { CheckAssignmentRow, CursorKey, IdleCursor, SessionFields } from "./storage.js";
 import type {
   ActorType,
   DeliveryRoute,
@@ -237,6 +237,17 @@ export type IdleCursorRow = Pick<CursorRow, "watcher_key" | "last_seen" | "mater
 
 export function idleCursorFromRow(row: IdleCursorRow): IdleCursor {
   return { watcherKey: row.watcher_key, lastSeen: row.last_seen, material: row.material };
+}
+
+export type CursorKeyRow = Pick<CursorRow, "watcher_key" | "target_agent_id" | "target_key">;
+
+export function cursorKeyFromRow(row: CursorKeyRow): CursorKey {
+  return { watcherKey: row.watcher_key, targetAgentId: row.target_agent_id, targetKey: row.target_key };
+}
+
+/** A cursor key as the three values of a row-value comparison; before every key when undefined. */
+export function cursorKeyValues(key: CursorKey | undefined): [string, string, string] {
+  return key ? [key.watcherKey, key.targetAgentId, key.targetKey] : ["", "", ""];
 }
 
 export interface MessageRow {

@@ -313,7 +313,7 @@ export class SessionState {
 
   /**
    * Retention (SPEC §3.4): events past the age or row limit go in short batches, each
-   * session's pruned mark raised first; then idle cursors expire.
+   * session's pruned mark raised first; then idle cursors expire, in short batches too.
    */
   async pruneSignalLog(): Promise<PruneReport> {
     const now = this.serviceClock.ageNow();
@@ -327,7 +327,7 @@ export class SessionState {
       report.removedEvents += doomed.length;
       if (doomed.length < PRUNE_BATCH) break;
     }
-    report.removedCursors = await this.store.write((ctx) => expireIdleCursors(ctx, ageCutoff));
+    report.removedCursors = await expireIdleCursors(this.store, ageCutoff);
     this.metrics.pruned(report.removedEvents, report.removedCursors);
     return report;
   }

@@ -230,9 +230,23 @@ export interface RegistryRows {
 // ---- Watch cursors (SPEC §3.1, §3.2) ------------------------------------------------------------
 
 /** A page position: list after this key (exclusive). */
+/** A cursor's primary key. */
+export interface CursorKey {
+  watcherKey: string;
+  targetAgentId: string;
+  targetKey: string;
+}
+
 export interface CursorPage {
-  after?: { watcherKey: string; targetAgentId: string; targetKey: string };
+  after?: CursorKey;
   limit: number;
+}
+
+/** One step of the idle-cursor sweep: how many it removed, and where the next step starts. */
+export interface CursorSweepStep {
+  removed: number;
+  /** The last key the step looked at; undefined once the sweep has reached the last cursor. */
+  last: CursorKey | undefined;
 }
 
 export type WatcherSelector = { agentId: string } | { watcherKeys: string[] };
@@ -288,8 +302,11 @@ export interface CursorRows {
   countPending(): Awaitable<number>;
   /** Targets with an idle cursor whose last seen is below the target's material mark. */
   targetsBehindMaterial(): Awaitable<SessionId[]>;
-  /** Removes cursors not touched since `updatedBefore`; returns how many. */
-  expireCursors(updatedBefore: number): Awaitable<number>;
+  /**
+   * One step of the idle-cursor sweep: of the next `scan` cursors in key order after `after`
+   * (undefined: from the first), removes those not touched since `updatedBefore`.
+   */
+  expireCursors(updatedBefore: number, after: CursorKey | undefined, scan: number): Awaitable<CursorSweepStep>;
 }
 
 // ---- Transcripts (SPEC §4 sessions_history / sessions_search) -----------------------------------

@@ -1,8 +1,17 @@
 /** PostgreSQL rows of the watch cursors. */
 import { watcherAgentId, type SessionId } from "../keys.js";
 import type { WatchCursor } from "../model.js";
-import { CURSOR_COLUMNS, cursorFromRow, idleCursorFromRow, type CursorRow, type IdleCursorRow } from "../rowMapping.js";
-import type { CursorMarks, CursorPage, CursorRows, IdleCursor, WatcherSelector } from "../storage.js";
+import {
+  CURSOR_COLUMNS,
+  cursorFromRow,
+  cursorKeyFromRow,
+  cursorKeyValues,
+  idleCursorFromRow,
+  type CursorKeyRow,
+  type CursorRow,
+  type IdleCursorRow,
+} from "../rowMapping.js";
+import type { CursorKey, CursorMarks, CursorPage, CursorRows, CursorSweepStep, IdleCursor, WatcherSelector } from "../storage.js";
 import type { PgConnection } from "./connection.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
@@ -193,7 +202,30 @@ export class PgCursorRows implements CursorRows {
     return rows.map(toTarget);
   }
 
-  expireCursors(updatedBefore: number): Promise<number> {
-    return this.c.count("cursors.expire", `DELETE FROM session_watch_cursors WHERE updated_at < $1`, [updatedBefore]);
+  async expireCursors(updatedBefore: number, after: CursorKey | undefined, scan: number): Promise<CursorSweepStep> {
+    const from = cursorKeyValues(after);
+    const end = await this.c.one<CursorKeyRow>(
+      "cursors.sweepStepEnd",
+      `SELECT watcher_key, target_agent_id, target_key FROM session_watch_cursors
+       WHERE (watcher_key, target_agent_id, target_key) > ($1, $2, $3)
+       ORDER BY watcher_key, target_agent_id, target_key LIMIT 1 OFFSET $4`,
+      [...from, scan - 1],
+    );
+    if (!end) {
+      const removed = await this.c.count(
+        "cursors.expireToEnd",
+        `DELETE FROM session_watch_cursors WHERE (watcher_key, target_agent_id, target_key) > ($1, $2, $3) AND updated_at < $4`,
+        [...from, updatedBefore],
+      );
+      return { removed, last: undefined };
+    }
+    const removed = await this.c.count(
+      "cursors.expireInRange",
+      `DELETE FROM session_watch_cursors
+       WHERE (watcher_key, target_agent_id, target_key) > ($1, $2, $3) AND (watcher_key, target_agent_id, target_key) <= ($4, $5, $6)
+         AND updated_at < $7`,
+      [...from, end.watcher_key, end.target_agent_id, end.target_key, updatedBefore],
+    );
+    return { removed, last: cursorKeyFromRow(end) };
   }
 }

@@ -288,6 +288,11 @@ const MIGRATIONS: string[] = [
   CREATE INDEX deliveries_pending ON delivery_operations (agent_id, position) WHERE state = 'pending';
   CREATE INDEX deliveries_by_completion ON delivery_operations (completed_at) WHERE completed_at IS NOT NULL;
   `,
+  // Idle cursors expire by a sweep in key order (core/cursors.ts), as on SQLite: an index on
+  // updated_at that every fan-out and ack had to move is no longer read.
+  `
+  DROP INDEX IF EXISTS cursors_by_update;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

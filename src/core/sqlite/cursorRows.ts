@@ -2,8 +2,17 @@
 import type Database from "better-sqlite3";
 import { watcherAgentId, type SessionId } from "../keys.js";
 import type { WatchCursor } from "../model.js";
-import { CURSOR_COLUMNS, cursorFromRow, idleCursorFromRow, type CursorRow, type IdleCursorRow } from "../rowMapping.js";
-import type { CursorMarks, CursorPage, CursorRows, IdleCursor, WatcherSelector } from "../storage.js";
+import {
+  CURSOR_COLUMNS,
+  cursorFromRow,
+  cursorKeyFromRow,
+  cursorKeyValues,
+  idleCursorFromRow,
+  type CursorKeyRow,
+  type CursorRow,
+  type IdleCursorRow,
+} from "../rowMapping.js";
+import type { CursorKey, CursorMarks, CursorPage, CursorRows, CursorSweepStep, IdleCursor, WatcherSelector } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
@@ -62,7 +71,14 @@ export class SqliteCursorRows implements CursorRows {
       behindMaterial: p(`SELECT DISTINCT c.target_agent_id, c.target_key FROM session_watch_cursors c
         JOIN session_heads h ON h.agent_id = c.target_agent_id AND h.session_key = c.target_key
         WHERE c.notified <= c.last_seen AND c.last_seen < h.material_through`),
-      expire: p(`DELETE FROM session_watch_cursors WHERE updated_at < ?`),
+      // The idle-cursor sweep: where a step of `scan` keys ends, then its range's idle cursors.
+      sweepStepEnd: p(`SELECT watcher_key, target_agent_id, target_key FROM session_watch_cursors
+        WHERE (watcher_key, target_agent_id, target_key) > (?, ?, ?)
+        ORDER BY watcher_key, target_agent_id, target_key LIMIT 1 OFFSET ?`),
+      expireInRange: p(`DELETE FROM session_watch_cursors
+        WHERE (watcher_key, target_agent_id, target_key) > (?, ?, ?) AND (watcher_key, target_agent_id, target_key) <= (?, ?, ?)
+          AND updated_at < ?`),
+      expireToEnd: p(`DELETE FROM session_watch_cursors WHERE (watcher_key, target_agent_id, target_key) > (?, ?, ?) AND updated_at < ?`),
     };
   }
 
@@ -166,7 +182,11 @@ export class SqliteCursorRows implements CursorRows {
     return rows.map((r) => ({ agentId: r.target_agent_id, sessionKey: r.target_key }));
   }
 
-  expireCursors(updatedBefore: number): number {
-    return this.stmt.expire.run(updatedBefore).changes;
+  expireCursors(updatedBefore: number, after: CursorKey | undefined, scan: number): CursorSweepStep {
+    const from = cursorKeyValues(after);
+    const end = this.stmt.sweepStepEnd.get(...from, scan - 1) as CursorKeyRow | undefined;
+    if (!end) return { removed: this.stmt.expireToEnd.run(...from, updatedBefore).changes, last: undefined };
+    const removed = this.stmt.expireInRange.run(...from, end.watcher_key, end.target_agent_id, end.target_key, updatedBefore).changes;
+    return { removed, last: cursorKeyFromRow(end) };
   }
 }
