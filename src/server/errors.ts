@@ -7,7 +7,7 @@ import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { DomainError, type DomainErrorKind } from "../core/errors.js";
 import type { Logger } from "./logger.js";
 import type { StorageWatch } from "./storageHealth.js";
-import { callerDecodingErrors, requestTypeName } from "./requestParseErrors.js";
+import { requestTypeName, restatedReadFaults } from "./requestFaults.js";
 
 const CODES: Record<DomainErrorKind, Code> = {
   invalid_argument: Code.InvalidArgument,
@@ -61,8 +61,8 @@ export function errorMapping(logger: Logger, storage?: StorageWatch): Intercepto
   return (next) => async (req) => {
     const procedure = req.method.parent.typeName + "/" + req.method.name;
     try {
-      // Request messages of a stream are decoded as the handler reads them (requestParseErrors.ts).
-      if (req.stream) req = { ...req, message: callerDecodingErrors(req.message, requestTypeName(req.method)) };
+      // Request messages of a stream are read as the handler reads them (requestFaults.ts).
+      if (req.stream) req = { ...req, message: restatedReadFaults(req.message, requestTypeName(req.method)) };
       const res = await next(req);
       if (!res.stream) return res;
       return { ...res, message: mapStreamErrors(res.message, logger, procedure, storage) };

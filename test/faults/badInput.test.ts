@@ -239,7 +239,7 @@ function batchErrorOf(method: DescMethod, protocol: Protocol, a: Answer): { code
 /**
  * gRPC's status-code table assigns INTERNAL to a request the server cannot parse or
  * decompress, and connect-es answers so on every protocol; this server answers
- * INVALID_ARGUMENT naming the request type (src/server/requestParseErrors.ts), so INTERNAL is
+ * INVALID_ARGUMENT naming the request type (src/server/requestFaults.ts), so INTERNAL is
  * never clear. Such answers are counted apart, to show the hostile bytes reached the decoder.
  */
 const DECODE_FAILURE = /^cannot decode message [\w.]+ from binary: /;

@@ -21,6 +21,7 @@ import {
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
 import { createAsyncIterable, encodeEnvelope, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { codeFromString } from "@connectrpc/connect/protocol-connect";
 import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type http from "node:http";
@@ -31,7 +32,7 @@ import type { CallLog } from "./callLog.js";
 import type { EarlyAuthorization } from "./earlyAuth.js";
 import { RequestBodyGuard, type BodyLimits, type BodyShape } from "./requestBody.js";
 import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, type RpcProtocol } from "./rpcProtocol.js";
-import { isBinaryParseFailure, requestTypeName, rewriteUndecodableTrailer, undecodableRequest } from "../requestParseErrors.js";
+import { requestTypeName, restatedRequestFault, restateTrailer } from "../requestFaults.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
@@ -140,10 +141,10 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
           errorBody = Buffer.concat(chunks);
           uRes = { ...uRes, body: createAsyncIterable([errorBody]) };
         }
-        // A unary request is decoded before any interceptor sees the call (requestParseErrors.ts).
+        // A unary request is read before any interceptor sees the call (requestFaults.ts).
         if (handler.method.methodKind === "unary") {
-          uRes = undecodableAsCallerError(uRes, protocol, req.headers, errorBody, requestTypeName(handler.method), () => {
-            record.code = Code.InvalidArgument;
+          uRes = withRestatedRequestFault(uRes, protocol, req.headers, errorBody, requestTypeName(handler.method), (code) => {
+            record.code = code;
           });
         }
         response = uRes;
@@ -160,18 +161,18 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
 }
 
 /**
- * `uRes` with Connect's INTERNAL for a unary request that did not decode replaced by the
- * caller's error, in the protocol's framing: the Connect error body (`json`, read already),
+ * `uRes` with Connect's report of a unary request it could not take restated for the caller
+ * (requestFaults.ts), in the protocol's framing: the Connect error body (`json`, read already),
  * gRPC's trailers (rewritten once the body has gone, when they are read), or gRPC-Web's
  * trailer frame. Every other answer is returned as it is.
  */
-function undecodableAsCallerError(
+function withRestatedRequestFault(
   uRes: UniversalServerResponse,
   protocol: RpcProtocol,
   headers: http.IncomingHttpHeaders,
   json: Uint8Array | undefined,
   typeName: string,
-  rewritten: () => void,
+  rewritten: (code: Code) => void,
 ): UniversalServerResponse {
   switch (protocol) {
     case "connect-unary": {
@@ -182,9 +183,11 @@ function undecodableAsCallerError(
       } catch {
         return uRes;
       }
-      if (error.code !== "internal" || typeof error.message !== "string" || !isBinaryParseFailure(Code.Internal, error.message)) return uRes;
-      rewritten();
-      return errorResponse(protocol, headers, undecodableRequest(typeName, error.message));
+      const code = typeof error.code === "string" ? codeFromString(error.code) : undefined;
+      const restated = code !== undefined && typeof error.message === "string" ? restatedRequestFault(code, error.message, typeName) : undefined;
+      if (!restated) return uRes;
+      rewritten(restated.code);
+      return errorResponse(protocol, headers, restated);
     }
     case "grpc": {
       const trailer = uRes.trailer;
@@ -194,7 +197,7 @@ function undecodableAsCallerError(
         header: uRes.header,
         body: uRes.body,
         get trailer() {
-          if (rewriteUndecodableTrailer(trailer, typeName)) rewritten();
+          if (restateTrailer(trailer, typeName)) rewritten(Number(trailer.get("grpc-status")) as Code);
           return trailer;
         },
       };
@@ -206,16 +209,16 @@ function undecodableAsCallerError(
   }
 }
 
-/** gRPC-Web's body with its trailer frame rewritten when it reports a request that did not decode. */
-async function* withCallerTrailerFrame(body: AsyncIterable<Uint8Array>, typeName: string, rewritten: () => void): AsyncIterable<Uint8Array> {
+/** gRPC-Web's body with its trailer frame rewritten when it reports a request fault to restate. */
+async function* withCallerTrailerFrame(body: AsyncIterable<Uint8Array>, typeName: string, rewritten: (code: Code) => void): AsyncIterable<Uint8Array> {
   for await (const chunk of body) {
     // A trailer frame is a chunk of its own (connect joins each envelope into one chunk).
     if (chunk.byteLength >= 5 && (chunk[0] & trailerFlag) === trailerFlag) {
       const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
       if (5 + length === chunk.byteLength) {
         const trailer = trailerParse(chunk.subarray(5));
-        if (rewriteUndecodableTrailer(trailer, typeName)) {
-          rewritten();
+        if (restateTrailer(trailer, typeName)) {
+          rewritten(Number(trailer.get("grpc-status")) as Code);
           yield encodeEnvelope(trailerFlag, trailerSerialize(trailer));
           continue;
         }

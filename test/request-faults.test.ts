@@ -1,11 +1,14 @@
 /**
- * Request bytes that do not decode are the caller's error (INVALID_ARGUMENT naming the request
- * type), never INTERNAL — for unary and streaming methods, over Connect, gRPC and gRPC-Web,
- * against a real server on a real port through raw HTTP/2 (no client would send such bytes).
+ * Connect's reports of a request it could not take, restated (src/server/requestFaults.ts):
+ * bytes that do not decode are the caller's error (INVALID_ARGUMENT naming the request type),
+ * never INTERNAL; a request over the size limit names --max-request-bytes. For unary and
+ * streaming methods, over Connect, gRPC and gRPC-Web, against a real server on a real port
+ * through raw HTTP/2 (no client would send such bytes).
  */
 import { create, toBinary } from "@bufbuild/protobuf";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type http2 from "node:http2";
+import { gzipSync } from "node:zlib";
 import { GetStatusRequestSchema } from "../gen/sessionstate/v1/state_pb.js";
 import { startTestServer, type TestServer } from "./support/harness.js";
 import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
@@ -35,7 +38,7 @@ function envelopes(body: Buffer): [number, Buffer][] {
 
 type Answer = { code: string; message: string };
 
-const GRPC_CODES: Record<string, string> = { "0": "ok", "3": "invalid_argument", "13": "internal", "12": "unimplemented" };
+const GRPC_CODES: Record<string, string> = { "0": "ok", "3": "invalid_argument", "8": "resource_exhausted", "13": "internal", "12": "unimplemented" };
 
 /** The status an answer carries, in whichever framing its protocol uses. */
 function statusOf(protocol: "connect" | "connect-stream" | "grpc" | "grpc-web", a: RawAnswer): Answer {
@@ -86,9 +89,15 @@ afterAll(async () => {
   await server?.stop();
 });
 
-async function call(path: string, protocol: keyof typeof HEADERS, message: Uint8Array): Promise<{ answer: RawAnswer; status: Answer }> {
+async function call(
+  path: string,
+  protocol: keyof typeof HEADERS,
+  message: Uint8Array,
+  on: http2.ClientHttp2Session = session,
+  extraHeaders: Record<string, string> = {},
+): Promise<{ answer: RawAnswer; status: Answer }> {
   const body = protocol === "connect" ? Buffer.from(message) : envelope(0, message);
-  const answer = await rawCall(session, path, HEADERS[protocol], body).answer;
+  const answer = await rawCall(on, path, { ...HEADERS[protocol], ...extraHeaders }, body).answer;
   return { answer, status: statusOf(protocol, answer) };
 }
 
@@ -137,4 +146,41 @@ describe("a streamed request that does not decode", () => {
       }
     });
   }
+});
+
+describe("a request over the size limit", () => {
+  const LIMIT = 1024;
+  let small: TestServer;
+  let onSmall: http2.ClientHttp2Session;
+  beforeAll(async () => {
+    small = await startTestServer({ readMaxBytes: LIMIT });
+    onSmall = await connectH2(small.url);
+  });
+  afterAll(async () => {
+    onSmall?.close();
+    await small?.stop();
+  });
+  // A valid GetStatus request of 2 KiB (the key is long but the size check comes first).
+  const big = toBinary(GetStatusRequestSchema, create(GetStatusRequestSchema, { session: { sessionKey: `agent:main:${"x".repeat(2000)}` } }));
+
+  for (const protocol of ["connect", "grpc", "grpc-web"] as const) {
+    it(`is RESOURCE_EXHAUSTED naming --max-request-bytes over ${protocol}`, async () => {
+      const { answer, status } = await call("/sessionstate.v1.StateService/GetStatus", protocol, big, onSmall);
+      expect(status.code).toBe("resource_exhausted");
+      expect(status.message).toMatch(/^sessionstate\.v1\.GetStatusRequest( \(\d+ bytes\))? is larger than the server accepts: --max-request-bytes 1024$/);
+      if (protocol === "connect") expect(answer.status).toBe(429);
+    });
+  }
+
+  it("says so for a compressed request that is over the limit once decompressed", async () => {
+    const { status } = await call("/sessionstate.v1.StateService/GetStatus", "connect", gzipSync(big), onSmall, { "content-encoding": "gzip" });
+    expect(status.code).toBe("resource_exhausted");
+    expect(status.message).toMatch(/^sessionstate\.v1\.GetStatusRequest .*--max-request-bytes 1024$/);
+  });
+
+  it("is RESOURCE_EXHAUSTED naming --max-request-bytes on a stream", async () => {
+    const { status } = await call("/sessionstate.v1.WatchService/StreamNotices", "connect-stream", big, onSmall);
+    expect(status.code).toBe("resource_exhausted");
+    expect(status.message).toMatch(/^sessionstate\.v1\.StreamNoticesRequest .*--max-request-bytes 1024$/);
+  });
 });
