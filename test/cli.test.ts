@@ -122,6 +122,27 @@ describe("mistakes on the command line exit 2 with the usage", () => {
     expect(run.code).toBe(2);
     expect(run.stderr).toMatch(/SESSIONSTATE_URL: expected only a scheme, host and port/);
   });
+
+  it("a --db whose folder cannot be made (a file in the way) stops serve with exit 1, naming the folder", async () => {
+    const dir = tempDir("sessionstate-dbfolder-");
+    try {
+      writeFileSync(join(dir.path, "plain"), "");
+      const run = await sessionstate(["serve", "--port", "0", "--db", join(dir.path, "plain", "state.db")]);
+      expect(run.code).toBe(1);
+      expect(run.stderr).toContain(`the database's folder "${join(dir.path, "plain")}" cannot be created (`);
+      expect(run.stderr).toContain("a file is in the way)");
+    } finally {
+      dir.remove();
+    }
+  });
+
+  it("a bad value from a serve variable names the variable with its flag; the flag, when given, wins and is named alone", async () => {
+    const fromEnv = await sessionstate(["serve"], { SESSIONSTATE_PORT: "80a" });
+    expect(fromEnv.code).toBe(2);
+    expect(fromEnv.stderr).toMatch(/^sessionstate: SESSIONSTATE_PORT \(--port\): expected a whole number from 0 to 65535, got "80a"/m);
+    const fromFlag = await sessionstate(["serve", "--synchronous", "never"], { SESSIONSTATE_SYNCHRONOUS: "full" });
+    expect(fromFlag.stderr).toMatch(/^sessionstate: --synchronous: expected one of normal, full, got "never"/m);
+  });
 });
 
 describe("client commands reach the server at HOST:PORT", () => {

@@ -98,7 +98,11 @@ describe("heads", () => {
     expect((await f.core.getStatus({ sessionKey: "global", agentId: "main" })).stateVersion).toBe(main.sequence);
     const ops = await f.core.getStatus({ sessionKey: "global", agentId: "ops" }, 0);
     expect(ops.changes!.events).toHaveLength(2);
-    await expect(f.core.appendEvents([event("global")])).rejects.toThrow(/agent_id.*required/);
+    await expect(f.core.appendEvents([event("global")])).rejects.toThrow(/^events\[0\]\.session\.agent_id: is required when the session key is not agent-qualified$/);
+    // A key that only looks agent-qualified says why it is not.
+    for (const key of ["agent::main", "agent:main", "AGENT:main:main", "agent:m@in:main"]) {
+      await expect(f.core.appendEvents([event(key)])).rejects.toThrow(`"${key}" is not agent:<agent id>:<rest>`);
+    }
   });
 
   it("rejects an agent id that contradicts an agent-qualified key", async () => {

@@ -95,11 +95,16 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     const fromEnv = env[s.env] === "" ? undefined : env[s.env];
     return (typeof given === "boolean" ? String(given) : given) ?? fromEnv ?? s.default;
   };
+  /** How an error names the setting: by its variable too when the value came from there. */
+  const label = (flag: string): string => {
+    const s = SETTINGS.find((x) => x.flag === flag)!;
+    return flags[flag] === undefined && env[s.env] !== undefined && env[s.env] !== "" ? `${s.env} (--${flag})` : `--${flag}`;
+  };
   const int = (flag: string, min: number, max: number): number => {
     const raw = value(flag);
     const n = Number(raw);
     if (!/^\d+$/.test(raw) || n < min || n > max) {
-      throw new ConfigError(`--${flag}: expected a whole number from ${min} to ${max}, got "${raw}"`);
+      throw new ConfigError(`${label(flag)}: expected a whole number from ${min} to ${max}, got "${raw}"`);
     }
     return n;
   };
@@ -108,13 +113,13 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     const raw = value(flag);
     const n = Number(raw);
     if (!/^\d+(\.\d+)?$/.test(raw) || n < min || n > max) {
-      throw new ConfigError(`--${flag}: expected a number of seconds from ${min} to ${max}, got "${raw}"`);
+      throw new ConfigError(`${label(flag)}: expected a number of seconds from ${min} to ${max}, got "${raw}"`);
     }
     return Math.round(n * 1000);
   };
   const oneOf = <T extends string>(flag: string, allowed: readonly T[]): T => {
     const raw = value(flag);
-    if (!allowed.includes(raw as T)) throw new ConfigError(`--${flag}: expected one of ${allowed.join(", ")}, got "${raw}"`);
+    if (!allowed.includes(raw as T)) throw new ConfigError(`${label(flag)}: expected one of ${allowed.join(", ")}, got "${raw}"`);
     return raw as T;
   };
   const readMaxBytes = int("max-request-bytes", 1024, 64 * 1024 * 1024);

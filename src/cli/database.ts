@@ -93,7 +93,7 @@ export function registerDatabaseCommands(program: Command, done: (action: Action
     .argument("<dest>", "the file to write (a new file; see --force)")
     .option("--db <file>", DB_HELP)
     .option("--force", "replace DEST if it exists", false)
-    .addHelpText("after", "\nThe copy holds everything committed before the backup started; it is checked (quick_check)\nbefore it takes DEST's name. Exit 0: copied; 1: the source could not be read or the copy is bad.");
+    .addHelpText("after", "\nThe copy holds everything committed before the backup started; it is checked (quick_check)\nbefore it takes DEST's name. Exit 0: copied; 1: the source could not be read or the copy is bad;\n2: a usage error (no file at --db, DEST's folder missing, DEST exists without --force).");
   backup.action((dest: string) =>
     done(async () => {
       const o = backup.opts<{ db?: string; force: boolean }>();
@@ -115,7 +115,7 @@ export function registerDatabaseCommands(program: Command, done: (action: Action
     .description("Verify a database file: PRAGMA integrity_check (or quick_check); exit 1 with what it found")
     .option("--db <file>", DB_HELP)
     .option("--quick", "quick_check: skips the index-content cross-checks (faster on large files)", false)
-    .addHelpText("after", "\nRead-only; safe while the service is serving the file. Exit 0: ok; 1: problems (printed).");
+    .addHelpText("after", "\nRead-only; safe while the service is serving the file. Exit 0: ok; 1: problems (printed); 2: a usage error (no file at --db).");
   check.action(() =>
     done(async () => {
       const o = check.opts<{ db?: string; quick: boolean }>();

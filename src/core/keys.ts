@@ -109,7 +109,10 @@ export function resolveSession(fields: SessionFields, sessionKey: string, agentI
     return { agentId: fromKey, sessionKey };
   }
   if (agentId === "") {
-    throw invalidArgument(field.agent, "is required when the session key is not agent-qualified");
+    // A key that only looks agent-qualified ("agent::main", "agent:main", "AGENT:main:x") is
+    // a plain key here: say so, or the caller hunts for the missing agent id.
+    const lookalike = /^agent:/i.test(sessionKey) ? `; "${sessionKey}" is not agent:<agent id>:<rest> (agent id: 1–64 of [A-Za-z0-9_.-])` : "";
+    throw invalidArgument(field.agent, `is required when the session key is not agent-qualified${lookalike}`);
   }
   return { agentId: checkAgentId(field.agent, agentId), sessionKey };
 }

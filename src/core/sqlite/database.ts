@@ -4,8 +4,7 @@
  */
 import Database from "better-sqlite3";
 import { mkdirSync } from "node:fs";
-import { dirname } from "node:path";
-import { resolve } from "node:path";
+import { dirname, resolve } from "node:path";
 import type { CoreMetrics } from "../metrics.js";
 import { acquireProcessLock } from "./processLock.js";
 import { isDamagedFile } from "./storageFaults.js";
@@ -47,8 +46,24 @@ export function quickCheck(db: Database.Database, maxProblems = 10): string[] {
   return problems.length === 1 && problems[0] === "ok" ? [] : problems;
 }
 
+/**
+ * The folder the database file goes in, made when missing; a failure names the folder and
+ * why, not just mkdir's errno line.
+ */
+function ensureFolderOf(path: string): void {
+  if (path === ":memory:") return;
+  const folder = dirname(resolve(path));
+  try {
+    mkdirSync(folder, { recursive: true });
+  } catch (err) {
+    const code = (err as NodeJS.ErrnoException).code;
+    const why = code === "EEXIST" || code === "ENOTDIR" ? "a file is in the way" : code === "EACCES" || code === "EPERM" ? "permission denied" : String((err as Error).message);
+    throw new Error(`the database's folder "${folder}" cannot be created (${code ?? "error"}: ${why})`);
+  }
+}
+
 export function openDatabase(options: DatabaseOptions): Database.Database {
-  if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
+  ensureFolderOf(options.path);
   // Before the connection opens: the VFS a connection uses is chosen when it opens.
   useWalWrites(options.walWrites);
   const db = new Database(options.path);
@@ -73,7 +88,7 @@ export interface SqliteStorageOpenOptions extends DatabaseOptions {
 }
 
 export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStorage {
-  if (options.path !== ":memory:") mkdirSync(dirname(options.path), { recursive: true });
+  ensureFolderOf(options.path);
   const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
   const walWrites = useWalWrites(options.walWrites);
   if (walWrites.fallback) options.log?.("warn", "SQLite WAL writes are direct (two write calls per page), not gathered", { reason: walWrites.fallback });
