@@ -66,6 +66,8 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
   const binaryRouter = createConnectRouter(routerOptions);
   options.routes(router, binaryRouter);
   const byPath = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
+  // The request type each path's callers know (requestFaults.ts names it in restated faults).
+  const requestTypeByPath = new Map<string, string>(router.handlers.map((h) => [h.requestPath, requestTypeName(h.method)]));
   const binaryByPath = new Map<string, UniversalHandler>(binaryRouter.handlers.map((h) => [h.requestPath, h]));
   for (const path of binaryByPath.keys()) {
     if (!byPath.has(path)) throw new Error(`${path} has a binary handler but no handler for JSON`);
@@ -143,7 +145,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
         }
         // A unary request is read before any interceptor sees the call (requestFaults.ts).
         if (handler.method.methodKind === "unary") {
-          uRes = withRestatedRequestFault(uRes, protocol, req.headers, errorBody, requestTypeName(handler.method), (code) => {
+          uRes = withRestatedRequestFault(uRes, protocol, req.headers, errorBody, requestTypeByPath.get(path)!, (code) => {
             record.code = code;
           });
         }
