@@ -10,6 +10,7 @@ import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import type http2 from "node:http2";
 import { gzipSync } from "node:zlib";
 import { GetStatusRequestSchema } from "../gen/sessionstate/v1/state_pb.js";
+import { StreamNoticesRequestSchema } from "../gen/sessionstate/v1/watch_pb.js";
 import { startTestServer, type TestServer } from "./support/harness.js";
 import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
 
@@ -182,5 +183,29 @@ describe("a request over the size limit", () => {
     const { status } = await call("/sessionstate.v1.WatchService/StreamNotices", "connect-stream", big, onSmall);
     expect(status.code).toBe("resource_exhausted");
     expect(status.message).toMatch(/^sessionstate\.v1\.StreamNoticesRequest .*--max-request-bytes 1024$/);
+  });
+});
+
+describe("a deadline longer than a timer can hold (2^31 ms, about 24.8 days)", () => {
+  const subscribe = toBinary(StreamNoticesRequestSchema, create(StreamNoticesRequestSchema, { agentId: "main" }));
+  const PATH = "/sessionstate.v1.WatchService/StreamNotices";
+
+  /** Whether the stream is still open after `ms`; the status when it ended before. */
+  async function openAfter(protocol: "connect-stream" | "grpc", timeout: Record<string, string>, ms: number): Promise<true | Answer> {
+    const c = rawCall(session, PATH, { ...HEADERS[protocol], ...timeout }, envelope(0, subscribe));
+    const ended = await Promise.race([c.answer, new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), ms))]);
+    c.stream.close();
+    return ended === undefined ? true : statusOf(protocol, ended);
+  }
+
+  it("is as good as none: the stream stays open (it ended at once, Node firing the timer after 1 ms)", async () => {
+    expect(await openAfter("grpc", { "grpc-timeout": "99999999S" }, 400)).toBe(true);
+    expect(await openAfter("grpc", { "grpc-timeout": "3000000S" }, 400)).toBe(true);
+    expect(await openAfter("connect-stream", { "connect-timeout-ms": "9999999999" }, 400)).toBe(true);
+  });
+
+  it("while a deadline a timer can hold still ends the call", async () => {
+    expect(await openAfter("grpc", { "grpc-timeout": "150m" }, 3000)).toMatchObject({ code: "4" });
+    expect(await openAfter("connect-stream", { "connect-timeout-ms": "150" }, 3000)).toMatchObject({ code: "deadline_exceeded" });
   });
 });

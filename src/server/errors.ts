@@ -35,6 +35,15 @@ function bounded(err: ConnectError): ConnectError {
 }
 
 /**
+ * The client went away mid-stream — its stream closed early, or an answer was written after it
+ * left: nothing failed on our side (CANCELED, not a fault to log).
+ */
+export function clientWentAway(err: unknown): boolean {
+  const code = (err as NodeJS.ErrnoException | undefined)?.code;
+  return code === "ERR_STREAM_PREMATURE_CLOSE" || code === "ERR_STREAM_DESTROYED";
+}
+
+/**
  * `storage` (when given) learns of every storage fault, so health and the write gate follow
  * a damaged database (storageHealth.ts).
  */
@@ -49,8 +58,7 @@ export function toConnectError(err: unknown, logger: Logger, procedure: string, 
     }
     return bounded(new ConnectError(err.message, CODES[err.kind]));
   }
-  // The client went away mid-stream: nothing failed on our side.
-  if ((err as NodeJS.ErrnoException)?.code === "ERR_STREAM_PREMATURE_CLOSE") {
+  if (clientWentAway(err)) {
     return new ConnectError("client closed the stream", Code.Canceled);
   }
   logger.error("internal error", { procedure, error: String(err), stack: (err as Error)?.stack });

@@ -7,6 +7,7 @@
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { codeToString } from "@connectrpc/connect/protocol-connect";
+import { clientWentAway } from "../errors.js";
 import type { Logger } from "../logger.js";
 import { callRecordKey, OK, type CallCode, type CallRecord } from "./callContext.js";
 import type { ServerMetrics } from "./metrics.js";
@@ -60,7 +61,8 @@ async function* noteEnd<T>(messages: AsyncIterable<T>, record: CallRecord): Asyn
     yield* messages;
     record.code = OK;
   } catch (err) {
-    record.code = ConnectError.from(err).code;
+
+    record.code = clientWentAway(err) ? Code.Canceled : ConnectError.from(err).code;
     throw err;
   }
 }

@@ -91,7 +91,9 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     stopReadingOnceAnswered(req, res);
     res.once("close", () => {
       guard?.release();
-      const code = record.code ?? (response && codeOfResponse(response, errorBody)) ?? (res.writableFinished ? OK : Code.Canceled);
+      // A response cut off before it finished is a cancelled call, whatever its headers said so far
+      // (gRPC's trailers start at status 0 and are only final at the end).
+      const code = record.code ?? (res.writableFinished ? ((response && codeOfResponse(response, errorBody)) ?? OK) : Code.Canceled);
       options.calls.ended(record, code);
     });
 
@@ -126,6 +128,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
       answer(new ConnectError(`malformed request: ${ConnectError.from(err).rawMessage}`, Code.InvalidArgument));
       return true;
     }
+    dropUnreachableDeadline(uReq.header);
     guard = new RequestBodyGuard({ ...options.body, readMaxBytes }, bodyShape(protocol, handler, req), record.startedAt);
     uReq.body = guard.wrap(uReq.body as AsyncIterable<Uint8Array>);
     const bodyGuard = guard;
@@ -228,6 +231,26 @@ async function* withCallerTrailerFrame(body: AsyncIterable<Uint8Array>, typeName
     }
     yield chunk;
   }
+}
+
+/** The longest delay setTimeout keeps: 2³¹−1 ms, about 24.8 days. */
+const LONGEST_TIMER_MS = 2 ** 31 - 1;
+const GRPC_TIMEOUT_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 };
+
+/**
+ * A deadline longer than a timer can hold is dropped: Connect hands it to setTimeout as it is,
+ * and Node fires such a timer after 1 ms, so a legal `grpc-timeout: 99999999S` (or a Connect
+ * `connect-timeout-ms` of 10 digits) ended the call at once. A deadline of weeks is as good
+ * as none. Malformed values are left for Connect to refuse.
+ */
+function dropUnreachableDeadline(header: Headers): void {
+  const grpc = header.get("grpc-timeout");
+  if (grpc !== null) {
+    const m = /^(\d{1,8})([HMSmun])$/.exec(grpc);
+    if (m && Number(m[1]) * GRPC_TIMEOUT_UNIT_MS[m[2]] > LONGEST_TIMER_MS) header.delete("grpc-timeout");
+  }
+  const connect = header.get("connect-timeout-ms");
+  if (connect !== null && /^\d{1,10}$/.test(connect) && Number(connect) > LONGEST_TIMER_MS) header.delete("connect-timeout-ms");
 }
 
 function bodyShape(protocol: RpcProtocol, handler: UniversalHandler, req: NodeRequest): BodyShape {

@@ -79,12 +79,13 @@ export function errorResponse(protocol: RpcProtocol, headers: IncomingHttpHeader
 /**
  * The code a finished response carried, when the RPC layer answered without our interceptors
  * seeing the error (a malformed body, an unsupported media type): gRPC status trailers, or
- * the Connect unary error body (`json`, when the status is not 200).
+ * the Connect unary error body (`json`, when the status is not 200); undefined for success.
  */
 export function codeOfResponse(res: UniversalServerResponse, json: Uint8Array | undefined): Code | undefined {
   const grpcStatus = res.trailer?.get("grpc-status");
   if (grpcStatus != null) {
     const n = Number(grpcStatus);
+    if (n === 0) return undefined;
     return Number.isInteger(n) && n in Code ? (n as Code) : Code.Unknown;
   }
   if (res.status === 200) return undefined;

@@ -158,8 +158,11 @@ const APPEND_EVENT_STREAM = `${StateService.typeName}/${StateService.method.appe
  * AppendEventStream: every request message is a batch handled as an AppendEvents call with
  * the same events would be — authorized by AppendEvents' rule (per batch, so a batch outside a
  * gateway token's agents is refused alone), validated and appended by the core. Batches run
- * concurrently (they share commits), at most `maxBatchesInFlight` at once; each is answered
- * when it is done, with its results or with the error AppendEvents would have failed with.
+ * concurrently (they share commits); each is answered when it is done, with its results or
+ * with the error AppendEvents would have failed with. At most `maxBatchesInFlight` batches are
+ * read and not yet answered — answered meaning handed to the response's writer, which takes
+ * the next answer only once HTTP/2 flow control lets the last one go: a client that stops
+ * reading its answers stops having its batches read, and holds no more than that many.
  */
 async function* appendEventStream(
   core: SessionState,
@@ -171,7 +174,10 @@ async function* appendEventStream(
   const rule = POLICY.get(APPEND_EVENTS);
   const binary = isBinaryCall(ctx.requestHeader, ctx.url);
   const ready: AppendEventStreamResponse[] = [];
-  let inFlight = 0;
+  /** Read and not yet answered. */
+  let unanswered = 0;
+  /** Being handled (not yet in `ready`). */
+  let handling = 0;
   let readDone = false;
   let readError: unknown;
   let wake: (() => void) | undefined;
@@ -203,14 +209,12 @@ async function* appendEventStream(
   const read = async () => {
     try {
       for await (const req of requests) {
-        while (inFlight >= settings.maxBatchesInFlight) await new Promise<void>((r) => (slot = r));
-        inFlight++;
+        while (unanswered >= settings.maxBatchesInFlight) await new Promise<void>((r) => (slot = r));
+        unanswered++;
+        handling++;
         void handle(req).then((res) => {
-          inFlight--;
+          handling--;
           ready.push(res);
-          const s = slot;
-          slot = undefined;
-          s?.();
           poke();
         });
       }
@@ -226,10 +230,17 @@ async function* appendEventStream(
   void read();
   try {
     for (;;) {
-      while (ready.length > 0) yield ready.shift()!;
+      while (ready.length > 0) {
+        yield ready.shift()!;
+        // Resumed: the writer has taken that answer, so one more batch may be read.
+        unanswered--;
+        const s = slot;
+        slot = undefined;
+        s?.();
+      }
       if (ctx.signal.aborted) throw ConnectError.from(ctx.signal.reason ?? new ConnectError("the stream was ended", Code.Canceled));
-      if (readError !== undefined && inFlight === 0) throw readError;
-      if (readDone && inFlight === 0) return;
+      if (readError !== undefined && handling === 0) throw readError;
+      if (readDone && handling === 0) return;
       await new Promise<void>((r) => (wake = r));
     }
   } finally {
