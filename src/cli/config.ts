@@ -7,6 +7,7 @@ import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { WalWrites } from "../core/sqlite/walWrites.js";
 import { DAY_MS } from "../core/signalLog.js";
+import { MAX_BATCH_EVENTS } from "../core/sessionState.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
 import {
   DEFAULT_MAX_MESSAGE_BYTES,
@@ -53,6 +54,7 @@ export const SETTINGS: Setting[] = [
   { flag: "wal-checkpoint", env: "SESSIONSTATE_WAL_CHECKPOINT", description: "SQLite: who folds the WAL back into the file: background (a worker thread, once writes begin) or inline (the committing connection)", default: "background" },
   { flag: "wal-writes", env: "SESSIONSTATE_WAL_WRITES", description: "SQLite: how a commit reaches the WAL file: gathered (one write per commit, through the library the build makes; direct when it is missing) or direct (SQLite's two writes per page)", default: "gathered" },
   { flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
+  { flag: "max-stream-events-in-flight", env: "SESSIONSTATE_MAX_STREAM_EVENTS_IN_FLIGHT", description: "AppendEventStream: events of batches read and being handled, all streams together (at least 500, the largest batch); beyond it streams are not read until some are handled (backpressure)", default: String(DEFAULTS.maxStreamEventsInFlight) },
   { flag: "max-stream-batches-in-flight", env: "SESSIONSTATE_MAX_STREAM_BATCHES_IN_FLIGHT", description: "AppendEventStream: batches of one stream read and not yet answered; beyond it the stream is not read (backpressure)", default: String(DEFAULTS.maxStreamBatchesInFlight) },
   { flag: "compress-min-bytes", env: "SESSIONSTATE_COMPRESS_MIN_BYTES", description: "Smallest response message compressed (gzip or br) for a client that accepts it; smaller ones go as they are", default: String(DEFAULTS.compressMinBytes) },
   { flag: "max-request-bytes", env: "SESSIONSTATE_MAX_REQUEST_BYTES", description: "Largest request message accepted", default: String(DEFAULTS.readMaxBytes) },
@@ -146,6 +148,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     walWrites: oneOf<WalWrites>("wal-writes", ["gathered", "direct"]),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
     maxStreamBatchesInFlight: int("max-stream-batches-in-flight", 1, 100_000),
+    maxStreamEventsInFlight: int("max-stream-events-in-flight", MAX_BATCH_EVENTS, 100_000_000),
     readMaxBytes,
     compressMinBytes: int("compress-min-bytes", 0, 2 ** 31 - 1),
     logLevel: oneOf<LogLevel>("log-level", ["debug", "info", "warn", "error"]),

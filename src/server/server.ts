@@ -5,10 +5,11 @@
  * authorization from the headers, probes, metrics), with the singleton jobs (pruning, the
  * upstream tick) on their timers and a graceful stop.
  */
+import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT } from "./streamAdmission.js";
 import { readAppendRequests } from "./appendRequestWire.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { setMaxListeners } from "node:events";
-import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
+import { SessionState, DEFAULT_RETENTION, MAX_BATCH_EVENTS } from "../core/sessionState.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
@@ -69,6 +70,8 @@ export interface ServerOptions {
   streamBufferCapacity?: number;
   /** AppendEventStream: batches of one stream read and not yet answered; default 64. */
   maxStreamBatchesInFlight?: number;
+  /** AppendEventStream: events of batches being handled, all streams together; default 100,000 (at least 500, the largest batch). */
+  maxStreamEventsInFlight?: number;
   /** Largest request message accepted; default 4 MiB. */
   readMaxBytes?: number;
   /** Smallest response message compressed for a client that accepts gzip or br; default 64 KiB. */
@@ -159,6 +162,7 @@ export const DEFAULTS = {
   heartbeatMs: 15_000,
   streamBufferCapacity: 10_000,
   maxStreamBatchesInFlight: 64,
+  maxStreamEventsInFlight: DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT,
   readMaxBytes: 4 * 1024 * 1024,
   compressMinBytes: 64 * 1024,
   shutdownGraceMs: 5_000,
@@ -301,6 +305,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
       maxBatchesInFlight: options.maxStreamBatchesInFlight ?? DEFAULTS.maxStreamBatchesInFlight,
+      maxEventsInFlight: Math.max(MAX_BATCH_EVENTS, options.maxStreamEventsInFlight ?? DEFAULTS.maxStreamEventsInFlight),
     }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }),
     // Binary append requests become typed before authorization reads their events (appendRequestWire.ts).
     interceptors: [errorMapping(logger, storageHealth), readAppendRequests()],

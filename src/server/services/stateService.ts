@@ -23,6 +23,7 @@ import { POLICY } from "../auth/policy.js";
 import { toConnectError } from "../errors.js";
 import type { Logger } from "../logger.js";
 import type { StorageWatch } from "../storageHealth.js";
+import type { StreamAdmission } from "../streamAdmission.js";
 import type { AppendOutcome, ChangesPage } from "../../core/model.js";
 import { appendResultsField } from "../appendResultWire.js";
 import { EventWireCache, isBinaryCall } from "../eventWire.js";
@@ -145,6 +146,8 @@ export const DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT = 64;
 export interface AppendStreamSettings {
   /** Batches of one stream read and not yet answered; beyond it the stream is not read (backpressure). */
   maxBatchesInFlight: number;
+  /** The server-wide bound on events of batches being handled, shared by every stream; none when absent. */
+  admission?: StreamAdmission;
   logger: Logger;
   storage?: StorageWatch;
 }
@@ -210,9 +213,12 @@ async function* appendEventStream(
     try {
       for await (const req of requests) {
         while (unanswered >= settings.maxBatchesInFlight) await new Promise<void>((r) => (slot = r));
+        const cost = settings.admission?.costOf(req.events.length) ?? 0;
+        if (settings.admission) await settings.admission.acquire(cost);
         unanswered++;
         handling++;
         void handle(req).then((res) => {
+          settings.admission?.release(cost);
           handling--;
           ready.push(res);
           poke();

@@ -20,6 +20,8 @@ export interface StreamSettings {
   bufferCapacity: number;
   /** AppendEventStream: batches of one stream read and not yet answered (default 64). */
   maxBatchesInFlight?: number;
+  /** AppendEventStream: events of batches being handled, all streams together (streamAdmission.ts). */
+  maxEventsInFlight?: number;
 }
 
 /** One pending notice per watcher and target (SPEC §3.2); its text depends only on changesSince. */

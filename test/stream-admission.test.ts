@@ -1,0 +1,96 @@
+/**
+ * The server-wide bound on AppendEventStream events being handled (src/server/streamAdmission.ts,
+ * --max-stream-events-in-flight): on its own (order, capacity), and through a real server where
+ * several streams of the largest batches run against the smallest budget — never more events
+ * handled at once than the budget, every batch answered, nothing stuck.
+ */
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
+import type { AppendEventStreamRequest } from "../gen/sessionstate/v1/state_pb.js";
+import { MAX_BATCH_EVENTS } from "../src/core/sessionState.js";
+import { StreamAdmission } from "../src/server/streamAdmission.js";
+import { startTestServer, type TestServer } from "./support/harness.js";
+
+describe("StreamAdmission", () => {
+  it("admits while there is room, then in the order asked, each once enough is released", async () => {
+    const a = new StreamAdmission(10);
+    const order: string[] = [];
+    await a.acquire(6);
+    const big = a.acquire(8).then(() => order.push("big"));
+    const small = a.acquire(1).then(() => order.push("small")); // fits, but waits behind `big`
+    await Promise.resolve();
+    expect(order).toEqual([]);
+    expect(a.inUse).toBe(6);
+    a.release(6);
+    await big;
+    await small;
+    expect(order).toEqual(["big", "small"]);
+    expect(a.inUse).toBe(9);
+    a.release(8);
+    a.release(1);
+    expect(a.inUse).toBe(0);
+  });
+
+  it("a batch costs its events, at least one, at most the whole budget", () => {
+    const a = new StreamAdmission(500);
+    expect([a.costOf(0), a.costOf(1), a.costOf(120), a.costOf(500), a.costOf(10_000)]).toEqual([1, 1, 120, 500, 500]);
+  });
+});
+
+describe("through a real server with the smallest budget", () => {
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({ maxStreamEventsInFlight: MAX_BATCH_EVENTS });
+  });
+  afterAll(() => t?.stop());
+
+  it("six streams of 500-event batches: never more than 500 events handled at once, every batch answered in full", { timeout: 60_000 }, async () => {
+    // Count the events inside the core's append at any moment (every stream batch goes through it).
+    const core = t.server.core;
+    const append = core.appendEvents.bind(core);
+    let inside = 0;
+    let most = 0;
+    core.appendEvents = async (inputs) => {
+      inside += inputs.length;
+      most = Math.max(most, inside);
+      try {
+        return await append(inputs);
+      } finally {
+        inside -= inputs.length;
+      }
+    };
+    try {
+      const STREAMS = 6;
+      const BATCHES = 4;
+      const answers = await Promise.all(
+        Array.from({ length: STREAMS }, async (_, s) => {
+          async function* batches(): AsyncIterable<AppendEventStreamRequest> {
+            for (let b = 0; b < BATCHES; b++) {
+              yield {
+                batchId: BigInt(b + 1),
+                events: Array.from({ length: MAX_BATCH_EVENTS }, (_, i) => ({
+                  session: { sessionKey: `agent:main:stream-${s}-${i % 8}` },
+                  kind: EventKind.GOAL_CHANGED,
+                  actorType: ActorType.AGENT,
+                  summary: `stream ${s} batch ${b} event ${i}`,
+                })),
+              } as unknown as AppendEventStreamRequest;
+            }
+          }
+          const got: { batchId: bigint; results: number; error?: string }[] = [];
+          for await (const res of t.state.appendEventStream(batches())) {
+            got.push({ batchId: res.batchId, results: res.results.length, error: res.error?.message });
+          }
+          return got;
+        }),
+      );
+      for (const got of answers) {
+        expect(got.map((g) => g.batchId).sort()).toEqual(Array.from({ length: BATCHES }, (_, b) => BigInt(b + 1)));
+        expect(got.every((g) => g.results === MAX_BATCH_EVENTS && g.error === undefined)).toBe(true);
+      }
+      expect(most).toBe(MAX_BATCH_EVENTS);
+    } finally {
+      core.appendEvents = append;
+    }
+  });
+});
