@@ -136,6 +136,13 @@ describe("mistakes on the command line exit 2 with the usage", () => {
     }
   });
 
+  it("--notice-buffer reaches the server's option and is checked", async () => {
+    const { serverConfig } = await import("../src/cli/config.js");
+    expect(serverConfig({ "notice-buffer": "250" }, {}).streamBufferCapacity).toBe(250);
+    expect(serverConfig({}, {}).streamBufferCapacity).toBe(10_000);
+    expect(() => serverConfig({ "notice-buffer": "0" }, {})).toThrow(/--notice-buffer: expected a whole number from 1 to 10000000, got "0"/);
+  });
+
   it("a bad value from a serve variable names the variable with its flag; the flag, when given, wins and is named alone", async () => {
     const fromEnv = await sessionstate(["serve"], { SESSIONSTATE_PORT: "80a" });
     expect(fromEnv.code).toBe(2);

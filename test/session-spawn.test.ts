@@ -113,6 +113,28 @@ describe("a spawn", () => {
   });
 });
 
+describe("parent links never close a loop", () => {
+  it("UpsertSession and SpawnSession refuse a parent that descends from the session, naming both; the chain is unchanged", async () => {
+    const a = "agent:main:loop-a";
+    const b = "agent:main:loop-b";
+    const c = "agent:main:loop-c";
+    await t.sessions.upsertSession({ session: { sessionKey: a } });
+    await t.sessions.upsertSession({ session: { sessionKey: b }, parentSessionKey: a });
+    await t.sessions.upsertSession({ session: { sessionKey: c }, parentSessionKey: b });
+    // a → b → c: a cannot take c (or b) as its parent.
+    for (const parent of [c, b]) {
+      const err = await errorOf(t.sessions.upsertSession({ session: { sessionKey: a }, parentSessionKey: parent }));
+      expect(err).toMatchObject({ code: Code.FailedPrecondition });
+      expect(err.rawMessage).toBe(`"${parent}" descends from "${a}": making it the parent would close a loop`);
+    }
+    // Nor be spawned under its own descendant.
+    const spawned = await errorOf(t.sessions.spawnSession({ parent: { sessionKey: c }, childSessionKey: a }));
+    expect(spawned).toMatchObject({ code: Code.FailedPrecondition });
+    expect(spawned.rawMessage).toBe(`"${c}" descends from "${a}": making it the parent would close a loop`);
+    expect((await t.sessions.getSession({ session: { sessionKey: a } })).session!.parentSessionKey).toBe("");
+  });
+});
+
 describe("the sandbox", () => {
   it("REQUIRE sandboxes the child; a sandboxed parent's children inherit it and may not be ACP", async () => {
     expect((await spawn({ sandbox: SandboxMode.REQUIRE })).child!.sandboxed).toBe(true);

@@ -54,13 +54,26 @@ function unregistered(session: SessionId, what = "session") {
   return notFound(`${what} "${session.sessionKey}" (agent ${session.agentId}) is not registered`);
 }
 
-/** The parent a patch names: not the session itself, and registered. */
+const sameSession = (a: SessionId, b: SessionId) => a.agentId === b.agentId && a.sessionKey === b.sessionKey;
+
+/**
+ * Refuses a parent link that would close a loop (`parent`'s chain, parent first, is given):
+ * the child may be neither the parent nor one of its ancestors. A loop made every walk up the
+ * chain run to its limit (a spawn under such a session read as depth 64).
+ */
+function refuseLoop(child: SessionId, parent: SessionId, ancestorsOfParent: readonly SessionId[]): void {
+  if (sameSession(parent, child)) throw failedPrecondition("a session cannot be its own parent");
+  if (ancestorsOfParent.some((a) => sameSession(a, child))) {
+    throw failedPrecondition(`"${parent.sessionKey}" descends from "${child.sessionKey}": making it the parent would close a loop`);
+  }
+}
+
+/** The parent a patch names: registered, and not the session itself or one of its descendants. */
 async function requireParent(ctx: WriteContext, child: SessionId, parentKey: string): Promise<SessionId> {
   const parent = { agentId: agentIdOfKey(parentKey) ?? child.agentId, sessionKey: parentKey };
-  if (parent.agentId === child.agentId && parent.sessionKey === child.sessionKey) {
-    throw failedPrecondition("a session cannot be its own parent");
-  }
+  if (sameSession(parent, child)) throw failedPrecondition("a session cannot be its own parent");
   if (!(await ctx.tx.registry.sessionFields(parent))) throw notFound(`parent session "${parentKey}" is not registered`);
+  refuseLoop(child, parent, await ctx.tx.registry.ancestorsOf(parent, MAX_ANCESTRY));
   return parent;
 }
 
@@ -115,8 +128,9 @@ export async function upsertSession(ctx: WriteContext, session: SessionId, patch
 export async function spawnSession(ctx: WriteContext, input: SpawnInput): Promise<SpawnOutcome> {
   const parent = await ctx.tx.registry.sessionFields(input.parent);
   if (!parent) throw unregistered(input.parent, "parent session");
-  const parentDepth = (await ctx.tx.registry.ancestorsOf(input.parent, MAX_ANCESTRY)).length;
-  const refusal = spawnRefusal({ ...input.parent, sandboxed: parent.sandboxed }, input.options.runtime, parentDepth, input.maxSpawnDepth);
+  const ancestors = await ctx.tx.registry.ancestorsOf(input.parent, MAX_ANCESTRY);
+  refuseLoop(input.child, input.parent, ancestors);
+  const refusal = spawnRefusal({ ...input.parent, sandboxed: parent.sandboxed }, input.options.runtime, ancestors.length, input.maxSpawnDepth);
   if (refusal) throw refusal;
   const existing = await ctx.tx.registry.sessionFields(input.child);
   if (existing && existing.parentKey !== "" && existing.parentKey !== input.parent.sessionKey) {

@@ -170,7 +170,7 @@ describe("a stalled stream subscriber", () => {
       await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(1), { timeout: 10_000, interval: 20 });
       const result = await stalled.readOn();
       expect(result.status).toBe(Code.ResourceExhausted);
-      expect(result.message).toMatch(/fell more than 50 notices behind; re-subscribe/);
+      expect(result.message).toMatch(/fell more than 50 notices behind \(--notice-buffer\); re-subscribe/);
       expect(result.notices).toBeLessThan(TARGETS);
     } finally {
       stalled.close();
@@ -205,7 +205,7 @@ describe("a stalled stream subscriber", () => {
     await appendToAll("second", 200);
     const result = await drain(slow.it);
     expect(result.error?.code).toBe(Code.ResourceExhausted);
-    expect(result.error?.rawMessage).toMatch(/fell more than 50 notices behind; re-subscribe/);
+    expect(result.error?.rawMessage).toMatch(/fell more than 50 notices behind \(--notice-buffer\); re-subscribe/);
     await vi.waitFor(() => expect(t.server.core.notices.subscriberCount).toBe(0), { timeout: 5_000, interval: 20 });
     const again = subscribe("grpc");
     expect(await untilReplayComplete(again.it)).toBe(TARGETS);

@@ -169,7 +169,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
           }
           if (next.kind === "overflow") {
             throw new ConnectError(
-              `subscriber fell more than ${settings.bufferCapacity} notices behind; re-subscribe to recover pending notices`,
+              `subscriber fell more than ${settings.bufferCapacity} notices behind (--notice-buffer); re-subscribe to recover pending notices`,
               Code.ResourceExhausted,
             );
           }
