@@ -2,7 +2,8 @@
  * The server-wide bound on AppendEventStream events being handled (src/server/streamAdmission.ts,
  * --max-stream-events-in-flight): on its own (order, capacity), and through a real server where
  * several streams of the largest batches run against the smallest budget — never more events
- * handled at once than the budget, every batch answered, nothing stuck.
+ * handled at once than the budget, every batch answered, nothing stuck, and the two gauges
+ * (`sessionstate_stream_events_in_flight`, `sessionstate_streams_waiting_for_admission`) show it.
  */
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
@@ -59,6 +60,18 @@ describe("through a real server with the smallest budget", () => {
         inside -= inputs.length;
       }
     };
+    // The gauges, read the way an operator reads them, while the streams run.
+    const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(await (await fetch(`${t.url}/metrics`)).text())?.[1]);
+    let scraping = true;
+    let mostScraped = 0;
+    let waitingSeen = 0;
+    const scraper = (async () => {
+      while (scraping) {
+        mostScraped = Math.max(mostScraped, await gauge("sessionstate_stream_events_in_flight"));
+        waitingSeen = Math.max(waitingSeen, await gauge("sessionstate_streams_waiting_for_admission"));
+        await new Promise((resolve) => setTimeout(resolve, 2));
+      }
+    })();
     try {
       const STREAMS = 6;
       const BATCHES = 4;
@@ -89,7 +102,15 @@ describe("through a real server with the smallest budget", () => {
         expect(got.every((g) => g.results === MAX_BATCH_EVENTS && g.error === undefined)).toBe(true);
       }
       expect(most).toBe(MAX_BATCH_EVENTS);
+      scraping = false;
+      await scraper;
+      expect(mostScraped).toBeGreaterThan(0);
+      expect(mostScraped).toBeLessThanOrEqual(MAX_BATCH_EVENTS);
+      expect(waitingSeen).toBeGreaterThan(0);
+      expect(await gauge("sessionstate_stream_events_in_flight")).toBe(0);
+      expect(await gauge("sessionstate_streams_waiting_for_admission")).toBe(0);
     } finally {
+      scraping = false;
       core.appendEvents = append;
     }
   });

@@ -49,7 +49,7 @@ export function routes(
   return (router: ConnectRouter, binary: ConnectRouter) => {
     const state = stateService(core, tools, {
       maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
-      admission: new StreamAdmission(streams.maxEventsInFlight ?? DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT),
+      admission: streams.admission ?? new StreamAdmission(DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT),
       logger,
       ...(upstream.storage ? { storage: upstream.storage } : {}),
     });

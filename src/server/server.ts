@@ -5,7 +5,7 @@
  * authorization from the headers, probes, metrics), with the singleton jobs (pruning, the
  * upstream tick) on their timers and a graceful stop.
  */
-import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT } from "./streamAdmission.js";
+import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT, StreamAdmission } from "./streamAdmission.js";
 import { readAppendRequests } from "./appendRequestWire.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { setMaxListeners } from "node:events";
@@ -297,6 +297,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   setMaxListeners(0, shutdown.signal);
 
   let phase: "starting" | "serving" | "stopping" = "starting";
+  // One bound on stream batches being handled, shared by every AppendEventStream of this server.
+  const streamAdmission = new StreamAdmission(Math.max(MAX_BATCH_EVENTS, options.maxStreamEventsInFlight ?? DEFAULTS.maxStreamEventsInFlight));
   const door = await openFrontDoor({
     host: options.host ?? DEFAULTS.host,
     port: options.port ?? DEFAULTS.port,
@@ -305,7 +307,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
       maxBatchesInFlight: options.maxStreamBatchesInFlight ?? DEFAULTS.maxStreamBatchesInFlight,
-      maxEventsInFlight: Math.max(MAX_BATCH_EVENTS, options.maxStreamEventsInFlight ?? DEFAULTS.maxStreamEventsInFlight),
+      admission: streamAdmission,
     }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }),
     // Binary append requests become typed before authorization reads their events (appendRequestWire.ts).
     interceptors: [errorMapping(logger, storageHealth), readAppendRequests()],
@@ -333,6 +335,8 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   }).catch(closeAnd(core));
   metrics.observeService({
     streamSubscribers: () => core.notices.subscriberCount + messaging.inbox.subscriberCount,
+    streamEventsInFlight: () => streamAdmission.inUse,
+    streamsWaitingForAdmission: () => streamAdmission.waitingStreams,
     connectedNodes: () => nodes.connections().length,
     eventCacheEntries: () => core.store.events.size,
     store: core.gauges(),

@@ -49,4 +49,9 @@ export class StreamAdmission {
   get inUse(): number {
     return this.capacity - this.available;
   }
+
+  /** Streams waiting to be admitted (for metrics). */
+  get waitingStreams(): number {
+    return this.waiting.length;
+  }
 }

@@ -20,6 +20,9 @@ export interface ServiceSources {
   connectedNodes(): number;
   /** Events held in the in-memory event cache (bounded: src/core/eventCache.ts). */
   eventCacheEntries(): number;
+  /** AppendEventStream events being handled, and streams waiting for room (src/server/streamAdmission.ts). */
+  streamEventsInFlight(): number;
+  streamsWaitingForAdmission(): number;
   store: StoreGauges;
   /** The database file; its `-wal` sibling is measured too. Absent for an in-memory database. */
   databasePath?: string;
@@ -120,6 +123,16 @@ export class ServerMetrics implements CoreMetrics {
       new Gauge({ name, help, registers, collect() { this.set(read()); } });
     gauge("sessionstate_stream_subscribers", "Open notice streams (StreamNotices subscribers)", sources.streamSubscribers);
     gauge("sessionstate_nodes_connected", "Paired Nodes with an open ConnectNode stream", sources.connectedNodes);
+    gauge(
+      "sessionstate_stream_events_in_flight",
+      "AppendEventStream events read and being handled, all streams together (at most --max-stream-events-in-flight)",
+      sources.streamEventsInFlight,
+    );
+    gauge(
+      "sessionstate_streams_waiting_for_admission",
+      "AppendEventStream streams not read while they wait for room under --max-stream-events-in-flight",
+      sources.streamsWaitingForAdmission,
+    );
     gauge(
       "sessionstate_event_cache_entries",
       "Events held in memory for reads (at most 20,000; the encoded copies for binary reads are bounded alike)",

@@ -1,4 +1,5 @@
 /** WatchService handlers, including the StreamNotices server stream. */
+import type { StreamAdmission } from "../streamAdmission.js";
 import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
@@ -20,8 +21,8 @@ export interface StreamSettings {
   bufferCapacity: number;
   /** AppendEventStream: batches of one stream read and not yet answered (default 64). */
   maxBatchesInFlight?: number;
-  /** AppendEventStream: events of batches being handled, all streams together (streamAdmission.ts). */
-  maxEventsInFlight?: number;
+  /** AppendEventStream: the bound on events of batches being handled, all streams together (streamAdmission.ts). */
+  admission?: StreamAdmission;
 }
 
 /** One pending notice per watcher and target (SPEC §3.2); its text depends only on changesSince. */
