@@ -70,7 +70,7 @@ export interface ServerOptions {
   streamBufferCapacity?: number;
   /** AppendEventStream: batches of one stream read and not yet answered; default 64. */
   maxStreamBatchesInFlight?: number;
-  /** AppendEventStream: events of batches being handled, all streams together; default 100,000 (at least 500, the largest batch). */
+  /** AppendEventStream: events of batches being handled, all streams together; default 20,000 (at least 500, the largest batch). */
   maxStreamEventsInFlight?: number;
   /** Largest request message accepted; default 4 MiB. */
   readMaxBytes?: number;
