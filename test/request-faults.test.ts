@@ -209,3 +209,35 @@ describe("a deadline longer than a timer can hold (2^31 ms, about 24.8 days)", (
     expect(await openAfter("connect-stream", { "connect-timeout-ms": "150" }, 3000)).toMatchObject({ code: "deadline_exceeded" });
   });
 });
+
+describe("gRPC-Web with compressed trailer frames (--compress-min-bytes 0)", () => {
+  let gz: TestServer;
+  let onGz: http2.ClientHttp2Session;
+  beforeAll(async () => {
+    gz = await startTestServer({ compressMinBytes: 0 });
+    onGz = await connectH2(gz.url);
+  });
+  afterAll(async () => {
+    onGz?.close();
+    await gz?.stop();
+  });
+  const accept = { "grpc-accept-encoding": "gzip" };
+
+  it("every answer arrives whole, whatever its compressed trailer frame inflates to (some hung)", async () => {
+    for (let length = 20; length <= 140; length++) {
+      const request = toBinary(GetStatusRequestSchema, create(GetStatusRequestSchema, { session: { sessionKey: `agent:main:${"k".repeat(length - 11)}` } }));
+      const answer = await Promise.race([
+        rawCall(onGz, "/sessionstate.v1.StateService/GetStatus", { ...HEADERS["grpc-web"], ...accept }, envelope(0, request)).answer,
+        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), 3000)),
+      ]);
+      expect(answer, `key of ${length} characters`).toBeDefined();
+      expect(answer!.status).toBe(200);
+      expect(envelopes(answer!.body).some(([flags]) => (flags & 0x80) !== 0)).toBe(true);
+    }
+  });
+
+  it("a request that does not decode is still restated: the compressed frame is read inflated and goes out plain", async () => {
+    const answer = await rawCall(onGz, "/sessionstate.v1.StateService/GetStatus", { ...HEADERS["grpc-web"], ...accept }, envelope(0, GARBAGE)).answer;
+    expect(statusOf("grpc-web", answer)).toMatchObject({ code: "invalid_argument" });
+  });
+});

@@ -133,6 +133,20 @@ describe("parent links never close a loop", () => {
     expect(spawned.rawMessage).toBe(`"${c}" descends from "${a}": making it the parent would close a loop`);
     expect((await t.sessions.getSession({ session: { sessionKey: a } })).session!.parentSessionKey).toBe("");
   });
+
+  it("a chain is read whole or refused: no session gets a 65th ancestor, so no loop hides beyond the walk", async () => {
+    const key = (i: number) => `agent:main:deep-${i}`;
+    await t.sessions.upsertSession({ session: { sessionKey: key(0) } });
+    for (let i = 1; i <= 64; i++) await t.sessions.upsertSession({ session: { sessionKey: key(i) }, parentSessionKey: key(i - 1) });
+    // deep-64 has 64 ancestors: a child under it would have 65.
+    const deeper = await errorOf(t.sessions.upsertSession({ session: { sessionKey: key(65) }, parentSessionKey: key(64) }));
+    expect(deeper).toMatchObject({ code: Code.FailedPrecondition });
+    expect(deeper.rawMessage).toBe(`the chain of parents above "${key(64)}" is 64 sessions or longer: a session may have at most 64 ancestors`);
+    // And the loop the walk's end would have hidden: deep-0 under deep-64.
+    const loop = await errorOf(t.sessions.upsertSession({ session: { sessionKey: key(0) }, parentSessionKey: key(64) }));
+    expect(loop).toMatchObject({ code: Code.FailedPrecondition });
+    expect(loop.rawMessage).toContain("would close a loop");
+  });
 });
 
 describe("the sandbox", () => {

@@ -115,3 +115,59 @@ describe("through a real server with the smallest budget", () => {
     }
   });
 });
+
+describe("a stream that ends while its batch waits for room", () => {
+  let t: TestServer;
+  beforeAll(async () => {
+    t = await startTestServer({ maxStreamEventsInFlight: MAX_BATCH_EVENTS });
+  });
+  afterAll(() => t?.stop());
+
+  it("does not have that batch appended once room frees (its client cannot hear of it)", { timeout: 30_000 }, async () => {
+    const core = t.server.core;
+    const append = core.appendEvents.bind(core);
+    let hold!: () => void;
+    const held = new Promise<void>((resolve) => (hold = resolve));
+    const seen: string[] = [];
+    core.appendEvents = async (inputs) => {
+      seen.push(inputs[0]!.sessionKey);
+      if (inputs[0]!.sessionKey === "agent:main:first") await held;
+      return append(inputs);
+    };
+    const batch = (sessionKey: string, events: number) =>
+      ({
+        batchId: 1n,
+        events: Array.from({ length: events }, () => ({ session: { sessionKey }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.AGENT, summary: "s" })),
+      }) as unknown as AppendEventStreamRequest;
+    const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(await (await fetch(`${t.url}/metrics`)).text())?.[1]);
+    try {
+      // The first stream's full batch takes all the room and is held inside the core.
+      async function* first() {
+        yield batch("agent:main:first", MAX_BATCH_EVENTS);
+        await new Promise(() => {});
+      }
+      const firstAnswers = t.state.appendEventStream(first())[Symbol.asyncIterator]().next();
+      while (!seen.includes("agent:main:first")) await new Promise((r) => setTimeout(r, 5));
+      // The second stream's batch waits for room; then its client goes away.
+      const abort = new AbortController();
+      async function* second() {
+        yield batch("agent:main:second", 1);
+        await new Promise(() => {});
+      }
+      const secondAnswers = t.state.appendEventStream(second(), { signal: abort.signal })[Symbol.asyncIterator]().next().catch(() => undefined);
+      while ((await gauge("sessionstate_streams_waiting_for_admission")) !== 1) await new Promise((r) => setTimeout(r, 5));
+      abort.abort();
+      await secondAnswers;
+      await new Promise((r) => setTimeout(r, 100));
+      hold();
+      expect((await firstAnswers).value?.results).toHaveLength(MAX_BATCH_EVENTS);
+      await new Promise((r) => setTimeout(r, 200));
+      expect(seen).toEqual(["agent:main:first"]);
+      expect(await gauge("sessionstate_stream_events_in_flight")).toBe(0);
+      expect(await gauge("sessionstate_streams_waiting_for_admission")).toBe(0);
+    } finally {
+      hold();
+      core.appendEvents = append;
+    }
+  });
+});

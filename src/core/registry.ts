@@ -57,14 +57,26 @@ function unregistered(session: SessionId, what = "session") {
 const sameSession = (a: SessionId, b: SessionId) => a.agentId === b.agentId && a.sessionKey === b.sessionKey;
 
 /**
- * Refuses a parent link that would close a loop (`parent`'s chain, parent first, is given):
- * the child may be neither the parent nor one of its ancestors. A loop made every walk up the
+ * The lock every change of a parent link takes besides its sessions' own (it names no session:
+ * no agent id is empty). Two links made at once would each read the chain without the other's
+ * and could close a loop between them (READ COMMITTED on PostgreSQL; SQLite runs one write at
+ * a time anyway).
+ */
+export const PARENT_LINKS_LOCK: SessionId = { agentId: "", sessionKey: "parent links" };
+
+/**
+ * Refuses a parent link that would close a loop (`parent`'s chain, parent first, at most
+ * MAX_ANCESTRY long, is given): the child may be neither the parent nor one of its ancestors,
+ * and the chain must be short enough to have been read whole. A loop made every walk up the
  * chain run to its limit (a spawn under such a session read as depth 64).
  */
 function refuseLoop(child: SessionId, parent: SessionId, ancestorsOfParent: readonly SessionId[]): void {
   if (sameSession(parent, child)) throw failedPrecondition("a session cannot be its own parent");
   if (ancestorsOfParent.some((a) => sameSession(a, child))) {
     throw failedPrecondition(`"${parent.sessionKey}" descends from "${child.sessionKey}": making it the parent would close a loop`);
+  }
+  if (ancestorsOfParent.length >= MAX_ANCESTRY) {
+    throw failedPrecondition(`the chain of parents above "${parent.sessionKey}" is ${MAX_ANCESTRY} sessions or longer: a session may have at most ${MAX_ANCESTRY} ancestors`);
   }
 }
 

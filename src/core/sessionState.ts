@@ -52,7 +52,7 @@ import {
   withMaterialMarks,
   type AckOutcome,
 } from "./noticeProtocol.js";
-import { deleteSession, resetSession, spawnSession, upsertSession, withSpawnGrants, type SpawnInput, type SpawnOutcome } from "./registry.js";
+import { deleteSession, PARENT_LINKS_LOCK, resetSession, spawnSession, upsertSession, withSpawnGrants, type SpawnInput, type SpawnOutcome } from "./registry.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT, MAX_TASK_BYTES, resolveSpawnOptions, taskMessage as taskMessageInput } from "./spawnPolicy.js";
 import { registerNoTask, type SpawnTaskHook } from "./spawnTasks.js";
 import { draftOf } from "./transcript/draft.js";
@@ -337,7 +337,8 @@ export class SessionState {
   async upsertSession(ref: { sessionKey: string; agentId: string }, patch: SessionPatch) {
     const session = resolveSession("session", ref.sessionKey, ref.agentId);
     checkPatch(patch);
-    const result = await this.store.write((ctx) => upsertSession(ctx, session, patch), { lock: [session] });
+    const linksParent = patch.parentSessionKey !== undefined && patch.parentSessionKey !== "";
+    const result = await this.store.write((ctx) => upsertSession(ctx, session, patch), { lock: linksParent ? [session, PARENT_LINKS_LOCK] : [session] });
     return { ...result, session: await this.describe(result.session) };
   }
 
@@ -409,7 +410,7 @@ export class SessionState {
       maxSpawnDepth: this.maxSpawnDepth,
       registerTask: this.registerSpawnedTask,
     };
-    const outcome = await this.store.write((ctx) => spawnSession(ctx, input), { lock: [child] });
+    const outcome = await this.store.write((ctx) => spawnSession(ctx, input), { lock: [child, PARENT_LINKS_LOCK] });
     return { ...outcome, child: await this.describe(outcome.child) };
   }
 

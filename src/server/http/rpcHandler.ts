@@ -26,6 +26,7 @@ import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect
 import { Code, ConnectError } from "@connectrpc/connect";
 import type http from "node:http";
 import http2 from "node:http2";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import type { Logger } from "../logger.js";
 import { callRecordKey, peerKey, OK, type CallRecord } from "./callContext.js";
 import type { CallLog } from "./callLog.js";
@@ -208,20 +209,31 @@ function withRestatedRequestFault(
       };
     }
     case "grpc-web":
-      return uRes.body ? { ...uRes, body: withCallerTrailerFrame(uRes.body, typeName, rewritten) } : uRes;
+      return uRes.body ? { ...uRes, body: withCallerTrailerFrame(uRes.body, uRes.header?.get("grpc-encoding") ?? null, typeName, rewritten) } : uRes;
     default:
       return uRes;
   }
 }
 
-/** gRPC-Web's body with its trailer frame rewritten when it reports a request fault to restate. */
-async function* withCallerTrailerFrame(body: AsyncIterable<Uint8Array>, typeName: string, rewritten: (code: Code) => void): AsyncIterable<Uint8Array> {
+/**
+ * gRPC-Web's body with its trailer frame rewritten when it reports a request fault to restate.
+ * Connect compresses the trailer frame like any other once it reaches --compress-min-bytes
+ * (flag bit 0x01, the response's grpc-encoding): such a frame is read inflated, and a rewritten
+ * one goes out uncompressed (the flag says so). A frame that cannot be read is left as it is.
+ */
+async function* withCallerTrailerFrame(
+  body: AsyncIterable<Uint8Array>,
+  encoding: string | null,
+  typeName: string,
+  rewritten: (code: Code) => void,
+): AsyncIterable<Uint8Array> {
   for await (const chunk of body) {
     // A trailer frame is a chunk of its own (connect joins each envelope into one chunk).
     if (chunk.byteLength >= 5 && (chunk[0] & trailerFlag) === trailerFlag) {
       const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
-      if (5 + length === chunk.byteLength) {
-        const trailer = trailerParse(chunk.subarray(5));
+      const data = 5 + length === chunk.byteLength ? trailerBytes(chunk.subarray(5), (chunk[0] & COMPRESSED_FLAG) !== 0, encoding) : undefined;
+      const trailer = data && parsedTrailer(data);
+      if (trailer) {
         if (restateTrailer(trailer, typeName)) {
           rewritten(Number(trailer.get("grpc-status")) as Code);
           yield encodeEnvelope(trailerFlag, trailerSerialize(trailer));
@@ -251,6 +263,28 @@ function dropUnreachableDeadline(header: Headers): void {
   }
   const connect = header.get("connect-timeout-ms");
   if (connect !== null && /^\d{1,10}$/.test(connect) && Number(connect) > LONGEST_TIMER_MS) header.delete("connect-timeout-ms");
+}
+
+const COMPRESSED_FLAG = 0b00000001;
+
+/** A trailer frame's text, inflated when the frame is compressed; undefined when it cannot be read. */
+function trailerBytes(data: Uint8Array, compressed: boolean, encoding: string | null): Uint8Array | undefined {
+  if (!compressed) return data;
+  try {
+    if (encoding === "gzip") return gunzipSync(data);
+    if (encoding === "br") return brotliDecompressSync(data);
+  } catch {
+    // Not what the header says: leave the frame to the client.
+  }
+  return undefined;
+}
+
+function parsedTrailer(data: Uint8Array): Headers | undefined {
+  try {
+    return trailerParse(data);
+  } catch {
+    return undefined;
+  }
 }
 
 function bodyShape(protocol: RpcProtocol, handler: UniversalHandler, req: NodeRequest): BodyShape {

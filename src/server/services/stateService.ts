@@ -209,12 +209,20 @@ async function* appendEventStream(
     }
   };
 
+  /** The answers' side has ended (the client went away or the stream failed): read no more. */
+  let ended = false;
   const read = async () => {
     try {
       for await (const req of requests) {
-        while (unanswered >= settings.maxBatchesInFlight) await new Promise<void>((r) => (slot = r));
+        while (unanswered >= settings.maxBatchesInFlight && !ended) await new Promise<void>((r) => (slot = r));
+        if (ended) break;
         const cost = settings.admission?.costOf(req.events.length) ?? 0;
         if (settings.admission) await settings.admission.acquire(cost);
+        // A batch whose stream ended while it waited for room is not appended: nobody hears of it.
+        if (ended) {
+          settings.admission?.release(cost);
+          break;
+        }
         unanswered++;
         handling++;
         void handle(req).then((res) => {
@@ -251,5 +259,9 @@ async function* appendEventStream(
     }
   } finally {
     ctx.signal.removeEventListener("abort", onAbort);
+    ended = true;
+    const s = slot;
+    slot = undefined;
+    s?.();
   }
 }
