@@ -12,6 +12,11 @@ import { MAX_BATCH_EVENTS } from "../src/core/sessionState.js";
 import { StreamAdmission } from "../src/server/streamAdmission.js";
 import { startTestServer, type TestServer } from "./support/harness.js";
 
+/** A gauge of the server's /metrics, as an operator reads it. */
+async function gaugeOf(url: string, name: string): Promise<number> {
+  return Number(new RegExp(`^${name} (\\d+)`, "m").exec(await (await fetch(`${url}/metrics`)).text())?.[1]);
+}
+
 describe("StreamAdmission", () => {
   it("admits while there is room, then in the order asked, each once enough is released", async () => {
     const a = new StreamAdmission(10);
@@ -61,7 +66,7 @@ describe("through a real server with the smallest budget", () => {
       }
     };
     // The gauges, read the way an operator reads them, while the streams run.
-    const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(await (await fetch(`${t.url}/metrics`)).text())?.[1]);
+    const gauge = (name: string) => gaugeOf(t.url, name);
     let scraping = true;
     let mostScraped = 0;
     let waitingSeen = 0;
@@ -114,16 +119,8 @@ describe("through a real server with the smallest budget", () => {
       core.appendEvents = append;
     }
   });
-});
 
-describe("a stream that ends while its batch waits for room", () => {
-  let t: TestServer;
-  beforeAll(async () => {
-    t = await startTestServer({ maxStreamEventsInFlight: MAX_BATCH_EVENTS });
-  });
-  afterAll(() => t?.stop());
-
-  it("does not have that batch appended once room frees (its client cannot hear of it)", { timeout: 30_000 }, async () => {
+  it("a stream that ends while its batch waits for room does not have that batch appended once room frees (its client cannot hear of it)", { timeout: 30_000 }, async () => {
     const core = t.server.core;
     const append = core.appendEvents.bind(core);
     let hold!: () => void;
@@ -139,7 +136,7 @@ describe("a stream that ends while its batch waits for room", () => {
         batchId: 1n,
         events: Array.from({ length: events }, () => ({ session: { sessionKey }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.AGENT, summary: "s" })),
       }) as unknown as AppendEventStreamRequest;
-    const gauge = async (name: string) => Number(new RegExp(`^${name} (\\d+)`, "m").exec(await (await fetch(`${t.url}/metrics`)).text())?.[1]);
+    const gauge = (name: string) => gaugeOf(t.url, name);
     try {
       // The first stream's full batch takes all the room and is held inside the core.
       async function* first() {

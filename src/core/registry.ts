@@ -14,6 +14,7 @@ import type { SpawnTaskHook } from "./spawnTasks.js";
 import type { SessionFields, Tx } from "./storage.js";
 import type { MessageDraft } from "./transcript/model.js";
 import { appendMessagesIn, MAX_ANCESTRY } from "./transcript/transcripts.js";
+import { sameSession } from "./transcript/visibility.js";
 import type { WriteContext } from "./watchableStore.js";
 
 export interface SpawnInput {
@@ -54,8 +55,6 @@ function unregistered(session: SessionId, what = "session") {
   return notFound(`${what} "${session.sessionKey}" (agent ${session.agentId}) is not registered`);
 }
 
-const sameSession = (a: SessionId, b: SessionId) => a.agentId === b.agentId && a.sessionKey === b.sessionKey;
-
 /**
  * The lock every change of a parent link takes besides its sessions' own (it names no session:
  * no agent id is empty). Two links made at once would each read the chain without the other's
@@ -66,12 +65,12 @@ export const PARENT_LINKS_LOCK: SessionId = { agentId: "", sessionKey: "parent l
 
 /**
  * Refuses a parent link that would close a loop (`parent`'s chain, parent first, at most
- * MAX_ANCESTRY long, is given): the child may be neither the parent nor one of its ancestors,
- * and the chain must be short enough to have been read whole. A loop made every walk up the
- * chain run to its limit (a spawn under such a session read as depth 64).
+ * MAX_ANCESTRY long, is given; the callers have refused the session as its own parent): the
+ * child may not be one of the parent's ancestors, and the chain must be short enough to have
+ * been read whole. A loop made every walk up the chain run to its limit (a spawn under such a
+ * session read as depth 64).
  */
 function refuseLoop(child: SessionId, parent: SessionId, ancestorsOfParent: readonly SessionId[]): void {
-  if (sameSession(parent, child)) throw failedPrecondition("a session cannot be its own parent");
   if (ancestorsOfParent.some((a) => sameSession(a, child))) {
     throw failedPrecondition(`"${parent.sessionKey}" descends from "${child.sessionKey}": making it the parent would close a loop`);
   }

@@ -229,7 +229,6 @@ export interface RegistryRows {
 
 // ---- Watch cursors (SPEC §3.1, §3.2) ------------------------------------------------------------
 
-/** A page position: list after this key (exclusive). */
 /** A cursor's primary key. */
 export interface CursorKey {
   watcherKey: string;
@@ -237,6 +236,7 @@ export interface CursorKey {
   targetKey: string;
 }
 
+/** A page position: list after this key (exclusive). */
 export interface CursorPage {
   after?: CursorKey;
   limit: number;

@@ -13,7 +13,7 @@
  *
  * Streaming calls read their request messages inside the interceptors: errors.ts restates
  * what reading them throws. A unary call's request is read before any interceptor runs, so
- * the answer Connect wrote is rewritten in its protocol's framing (http/rpcHandler.ts).
+ * the answer Connect wrote is rewritten in its protocol's framing (http/rpcProtocol.ts, from http/rpcHandler.ts).
  */
 import type { DescMethod } from "@bufbuild/protobuf";
 import { Code, ConnectError } from "@connectrpc/connect";
@@ -63,19 +63,16 @@ export async function* restatedReadFaults<T>(messages: AsyncIterable<T>, typeNam
 
 /**
  * gRPC status trailers (gRPC's own, or the trailer frame of gRPC-Web) rewritten in place when
- * they report a request fault to restate; true when they were.
+ * they report a request fault to restate; the new code when they were.
  */
-export function restateTrailer(trailer: Headers, typeName: string): boolean {
-  const code = Number(trailer.get("grpc-status"));
-  if (!Number.isInteger(code) || code === 0) return false;
+export function restateTrailer(trailer: Headers, typeName: string): Code | undefined {
   let message: string;
   try {
     message = decodeURIComponent(trailer.get("grpc-message") ?? "");
   } catch {
-    return false;
+    return undefined;
   }
-  const restated = restatedRequestFault(code as Code, message, typeName);
-  if (!restated) return false;
-  setTrailerStatus(trailer, restated);
-  return true;
+  const restated = restatedRequestFault(Number(trailer.get("grpc-status")) as Code, message, typeName);
+  if (restated) setTrailerStatus(trailer, restated);
+  return restated?.code;
 }

@@ -1,5 +1,4 @@
 /** Every route the server serves, in one place. */
-import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT, StreamAdmission } from "./streamAdmission.js";
 import type { ConnectRouter } from "@connectrpc/connect";
 import type { SessionState } from "../core/sessionState.js";
 import type { SessionTools } from "../core/sessionTools.js";
@@ -49,7 +48,7 @@ export function routes(
   return (router: ConnectRouter, binary: ConnectRouter) => {
     const state = stateService(core, tools, {
       maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
-      admission: streams.admission ?? new StreamAdmission(DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT),
+      ...(streams.admission ? { admission: streams.admission } : {}),
       logger,
       ...(upstream.storage ? { storage: upstream.storage } : {}),
     });

@@ -5,11 +5,10 @@
  * authorization from the headers, probes, metrics), with the singleton jobs (pruning, the
  * upstream tick) on their timers and a graceful stop.
  */
-import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT, StreamAdmission } from "./streamAdmission.js";
 import { readAppendRequests } from "./appendRequestWire.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { setMaxListeners } from "node:events";
-import { SessionState, DEFAULT_RETENTION, MAX_BATCH_EVENTS } from "../core/sessionState.js";
+import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
@@ -33,6 +32,7 @@ import type { TlsOptions } from "./tls.js";
 import { openFrontDoor } from "./http/frontDoor.js";
 import { ServerMetrics } from "./http/metrics.js";
 import { StorageHealth, storageGate } from "./storageHealth.js";
+import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT, StreamAdmission } from "./streamAdmission.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
 import { NodeHub } from "./upstream/nodeHub.js";
 import { DEFAULT_SKIM_BUDGET_BYTES } from "../upstream/scanner.js";
@@ -70,7 +70,7 @@ export interface ServerOptions {
   streamBufferCapacity?: number;
   /** AppendEventStream: batches of one stream read and not yet answered; default 64. */
   maxStreamBatchesInFlight?: number;
-  /** AppendEventStream: events of batches being handled, all streams together; default 20,000 (at least 500, the largest batch). */
+  /** AppendEventStream: events of batches being handled, all streams together; default 20,000 (below 500, the largest batch, a large batch is admitted alone). */
   maxStreamEventsInFlight?: number;
   /** Largest request message accepted; default 4 MiB. */
   readMaxBytes?: number;
@@ -298,7 +298,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
 
   let phase: "starting" | "serving" | "stopping" = "starting";
   // One bound on stream batches being handled, shared by every AppendEventStream of this server.
-  const streamAdmission = new StreamAdmission(Math.max(MAX_BATCH_EVENTS, options.maxStreamEventsInFlight ?? DEFAULTS.maxStreamEventsInFlight));
+  const streamAdmission = new StreamAdmission(options.maxStreamEventsInFlight ?? DEFAULTS.maxStreamEventsInFlight);
   const door = await openFrontDoor({
     host: options.host ?? DEFAULTS.host,
     port: options.port ?? DEFAULTS.port,

@@ -61,7 +61,6 @@ async function* noteEnd<T>(messages: AsyncIterable<T>, record: CallRecord): Asyn
     yield* messages;
     record.code = OK;
   } catch (err) {
-
     record.code = clientWentAway(err) ? Code.Canceled : ConnectError.from(err).code;
     throw err;
   }

@@ -20,20 +20,17 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import { createAsyncIterable, encodeEnvelope, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
-import { codeFromString } from "@connectrpc/connect/protocol-connect";
-import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
+import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type http from "node:http";
 import http2 from "node:http2";
-import { brotliDecompressSync, gunzipSync } from "node:zlib";
 import type { Logger } from "../logger.js";
 import { callRecordKey, peerKey, OK, type CallRecord } from "./callContext.js";
 import type { CallLog } from "./callLog.js";
 import type { EarlyAuthorization } from "./earlyAuth.js";
 import { RequestBodyGuard, type BodyLimits, type BodyShape } from "./requestBody.js";
-import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, type RpcProtocol } from "./rpcProtocol.js";
-import { requestTypeName, restatedRequestFault, restateTrailer } from "../requestFaults.js";
+import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, withRestatedRequestFault, type RpcProtocol } from "./rpcProtocol.js";
+import { requestTypeName } from "../requestFaults.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
@@ -166,85 +163,6 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
   };
 }
 
-/**
- * `uRes` with Connect's report of a unary request it could not take restated for the caller
- * (requestFaults.ts), in the protocol's framing: the Connect error body (`json`, read already),
- * gRPC's trailers (rewritten once the body has gone, when they are read), or gRPC-Web's
- * trailer frame. Every other answer is returned as it is.
- */
-function withRestatedRequestFault(
-  uRes: UniversalServerResponse,
-  protocol: RpcProtocol,
-  headers: http.IncomingHttpHeaders,
-  json: Uint8Array | undefined,
-  typeName: string,
-  rewritten: (code: Code) => void,
-): UniversalServerResponse {
-  switch (protocol) {
-    case "connect-unary": {
-      if (!json) return uRes;
-      let error: { code?: unknown; message?: unknown };
-      try {
-        error = JSON.parse(new TextDecoder().decode(json)) as typeof error;
-      } catch {
-        return uRes;
-      }
-      const code = typeof error.code === "string" ? codeFromString(error.code) : undefined;
-      const restated = code !== undefined && typeof error.message === "string" ? restatedRequestFault(code, error.message, typeName) : undefined;
-      if (!restated) return uRes;
-      rewritten(restated.code);
-      return errorResponse(protocol, headers, restated);
-    }
-    case "grpc": {
-      const trailer = uRes.trailer;
-      if (!trailer) return uRes;
-      return {
-        status: uRes.status,
-        header: uRes.header,
-        body: uRes.body,
-        get trailer() {
-          if (restateTrailer(trailer, typeName)) rewritten(Number(trailer.get("grpc-status")) as Code);
-          return trailer;
-        },
-      };
-    }
-    case "grpc-web":
-      return uRes.body ? { ...uRes, body: withCallerTrailerFrame(uRes.body, uRes.header?.get("grpc-encoding") ?? null, typeName, rewritten) } : uRes;
-    default:
-      return uRes;
-  }
-}
-
-/**
- * gRPC-Web's body with its trailer frame rewritten when it reports a request fault to restate.
- * Connect compresses the trailer frame like any other once it reaches --compress-min-bytes
- * (flag bit 0x01, the response's grpc-encoding): such a frame is read inflated, and a rewritten
- * one goes out uncompressed (the flag says so). A frame that cannot be read is left as it is.
- */
-async function* withCallerTrailerFrame(
-  body: AsyncIterable<Uint8Array>,
-  encoding: string | null,
-  typeName: string,
-  rewritten: (code: Code) => void,
-): AsyncIterable<Uint8Array> {
-  for await (const chunk of body) {
-    // A trailer frame is a chunk of its own (connect joins each envelope into one chunk).
-    if (chunk.byteLength >= 5 && (chunk[0] & trailerFlag) === trailerFlag) {
-      const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
-      const data = 5 + length === chunk.byteLength ? trailerBytes(chunk.subarray(5), (chunk[0] & COMPRESSED_FLAG) !== 0, encoding) : undefined;
-      const trailer = data && parsedTrailer(data);
-      if (trailer) {
-        if (restateTrailer(trailer, typeName)) {
-          rewritten(Number(trailer.get("grpc-status")) as Code);
-          yield encodeEnvelope(trailerFlag, trailerSerialize(trailer));
-          continue;
-        }
-      }
-    }
-    yield chunk;
-  }
-}
-
 /** The longest delay setTimeout keeps: 2³¹−1 ms, about 24.8 days. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;
 const GRPC_TIMEOUT_UNIT_MS: Record<string, number> = { H: 3_600_000, M: 60_000, S: 1000, m: 1, u: 0.001, n: 0.000001 };
@@ -263,28 +181,6 @@ function dropUnreachableDeadline(header: Headers): void {
   }
   const connect = header.get("connect-timeout-ms");
   if (connect !== null && /^\d{1,10}$/.test(connect) && Number(connect) > LONGEST_TIMER_MS) header.delete("connect-timeout-ms");
-}
-
-const COMPRESSED_FLAG = 0b00000001;
-
-/** A trailer frame's text, inflated when the frame is compressed; undefined when it cannot be read. */
-function trailerBytes(data: Uint8Array, compressed: boolean, encoding: string | null): Uint8Array | undefined {
-  if (!compressed) return data;
-  try {
-    if (encoding === "gzip") return gunzipSync(data);
-    if (encoding === "br") return brotliDecompressSync(data);
-  } catch {
-    // Not what the header says: leave the frame to the client.
-  }
-  return undefined;
-}
-
-function parsedTrailer(data: Uint8Array): Headers | undefined {
-  try {
-    return trailerParse(data);
-  } catch {
-    return undefined;
-  }
 }
 
 function bodyShape(protocol: RpcProtocol, handler: UniversalHandler, req: NodeRequest): BodyShape {

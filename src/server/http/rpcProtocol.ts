@@ -4,7 +4,9 @@
  * refuses before the RPC layer sees them. The framing comes from @connectrpc/connect's
  * protocol helpers, so a refused call looks to every client exactly like one the RPC layer
  * refused: Connect unary = HTTP status + JSON error body; Connect streaming = an end-stream
- * message; gRPC = status in trailers; gRPC-Web = a trailer frame in the body.
+ * message; gRPC = status in trailers; gRPC-Web = a trailer frame in the body. In the same
+ * framings, the code an answer carried (for the call log), and an answer of the RPC layer
+ * restated for the caller (requestFaults.ts).
  */
 import { Code, type ConnectError } from "@connectrpc/connect";
 import { createAsyncIterable, encodeEnvelope, type UniversalServerResponse } from "@connectrpc/connect/protocol";
@@ -16,8 +18,10 @@ import {
   errorToJsonBytes,
 } from "@connectrpc/connect/protocol-connect";
 import { setTrailerStatus } from "@connectrpc/connect/protocol-grpc";
-import { trailerFlag, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
+import { trailerFlag, trailerParse, trailerSerialize } from "@connectrpc/connect/protocol-grpc-web";
 import type { IncomingHttpHeaders } from "node:http";
+import { brotliDecompressSync, gunzipSync } from "node:zlib";
+import { restatedRequestFault, restateTrailer } from "../requestFaults.js";
 
 export type RpcProtocol = "connect-unary" | "connect-stream" | "grpc" | "grpc-web";
 
@@ -89,13 +93,112 @@ export function codeOfResponse(res: UniversalServerResponse, json: Uint8Array | 
     return Number.isInteger(n) && n in Code ? (n as Code) : Code.Unknown;
   }
   if (res.status === 200) return undefined;
-  if (json) {
-    try {
-      const parsed = JSON.parse(new TextDecoder().decode(json)) as { code?: unknown };
-      if (typeof parsed.code === "string") return codeFromString(parsed.code) ?? Code.Unknown;
-    } catch {
-      // Not a Connect error body (e.g. 415 from the router): fall through to the status.
-    }
-  }
+  const error = json && connectErrorOfBody(json);
+  if (error) return error.code ?? Code.Unknown;
   return res.status === 404 ? Code.Unimplemented : res.status === 415 || res.status === 405 ? Code.InvalidArgument : Code.Unknown;
+}
+
+/** A Connect unary error body's code and message; undefined when `json` is not one (e.g. 415 from the router). */
+function connectErrorOfBody(json: Uint8Array): { code: Code | undefined; message: string } | undefined {
+  try {
+    const parsed = JSON.parse(new TextDecoder().decode(json)) as { code?: unknown; message?: unknown };
+    if (typeof parsed.code !== "string") return undefined;
+    return { code: codeFromString(parsed.code), message: typeof parsed.message === "string" ? parsed.message : "" };
+  } catch {
+    return undefined;
+  }
+}
+
+/**
+ * `uRes` with Connect's report of a unary request it could not take restated for the caller
+ * (requestFaults.ts), in the protocol's framing: the Connect error body (`json`, read already),
+ * gRPC's trailers (rewritten once the body has gone, when they are read), or gRPC-Web's
+ * trailer frame. Every other answer is returned as it is.
+ */
+export function withRestatedRequestFault(
+  uRes: UniversalServerResponse,
+  protocol: RpcProtocol,
+  headers: IncomingHttpHeaders,
+  json: Uint8Array | undefined,
+  typeName: string,
+  rewritten: (code: Code) => void,
+): UniversalServerResponse {
+  switch (protocol) {
+    case "connect-unary": {
+      const error = json && connectErrorOfBody(json);
+      const restated = error?.code !== undefined ? restatedRequestFault(error.code, error.message, typeName) : undefined;
+      if (!restated) return uRes;
+      rewritten(restated.code);
+      return errorResponse(protocol, headers, restated);
+    }
+    case "grpc": {
+      const trailer = uRes.trailer;
+      if (!trailer) return uRes;
+      return {
+        status: uRes.status,
+        header: uRes.header,
+        body: uRes.body,
+        get trailer() {
+          const code = restateTrailer(trailer, typeName);
+          if (code !== undefined) rewritten(code);
+          return trailer;
+        },
+      };
+    }
+    case "grpc-web":
+      return uRes.body ? { ...uRes, body: withCallerTrailerFrame(uRes.body, uRes.header?.get("grpc-encoding") ?? null, typeName, rewritten) } : uRes;
+    default:
+      return uRes;
+  }
+}
+
+/**
+ * gRPC-Web's body with its trailer frame rewritten when it reports a request fault to restate.
+ * Connect compresses the trailer frame like any other once it reaches --compress-min-bytes
+ * (flag bit 0x01, the response's grpc-encoding): such a frame is read inflated, and a rewritten
+ * one goes out uncompressed (the flag says so). A frame that cannot be read is left as it is.
+ */
+async function* withCallerTrailerFrame(
+  body: AsyncIterable<Uint8Array>,
+  encoding: string | null,
+  typeName: string,
+  rewritten: (code: Code) => void,
+): AsyncIterable<Uint8Array> {
+  for await (const chunk of body) {
+    // A trailer frame is a chunk of its own (connect joins each envelope into one chunk).
+    if (chunk.byteLength >= 5 && (chunk[0] & trailerFlag) === trailerFlag) {
+      const length = new DataView(chunk.buffer, chunk.byteOffset, chunk.byteLength).getUint32(1);
+      const data = 5 + length === chunk.byteLength ? trailerBytes(chunk.subarray(5), (chunk[0] & COMPRESSED_FLAG) !== 0, encoding) : undefined;
+      const trailer = data && parsedTrailer(data);
+      const code = trailer && restateTrailer(trailer, typeName);
+      if (trailer && code !== undefined) {
+        rewritten(code);
+        yield encodeEnvelope(trailerFlag, trailerSerialize(trailer));
+        continue;
+      }
+    }
+    yield chunk;
+  }
+}
+
+const COMPRESSED_FLAG = 0b00000001;
+
+/** A trailer frame's text, inflated when the frame is compressed; undefined when it cannot be read. */
+function trailerBytes(data: Uint8Array, compressed: boolean, encoding: string | null): Uint8Array | undefined {
+  if (!compressed) return data;
+  try {
+    if (encoding === "gzip") return gunzipSync(data);
+    if (encoding === "br") return brotliDecompressSync(data);
+  } catch {
+    // Not what the header says: leave the frame to the client.
+  }
+  return undefined;
+}
+
+function parsedTrailer(data: Uint8Array): Headers | undefined {
+  try {
+    return trailerParse(data);
+  } catch {
+    return undefined;
+  }
 }

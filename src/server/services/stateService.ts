@@ -190,6 +190,12 @@ async function* appendEventStream(
     w?.();
   };
   let slot: (() => void) | undefined;
+  /** Wakes the read loop if it waits for a slot. */
+  const freeSlot = () => {
+    const s = slot;
+    slot = undefined;
+    s?.();
+  };
 
   const handle = async (req: AppendEventStreamRequest): Promise<AppendEventStreamResponse> => {
     try {
@@ -248,9 +254,7 @@ async function* appendEventStream(
         yield ready.shift()!;
         // Resumed: the writer has taken that answer, so one more batch may be read.
         unanswered--;
-        const s = slot;
-        slot = undefined;
-        s?.();
+        freeSlot();
       }
       if (ctx.signal.aborted) throw ConnectError.from(ctx.signal.reason ?? new ConnectError("the stream was ended", Code.Canceled));
       if (readError !== undefined && handling === 0) throw readError;
@@ -260,8 +264,6 @@ async function* appendEventStream(
   } finally {
     ctx.signal.removeEventListener("abort", onAbort);
     ended = true;
-    const s = slot;
-    slot = undefined;
-    s?.();
+    freeSlot();
   }
 }

@@ -1,5 +1,4 @@
 /** WatchService handlers, including the StreamNotices server stream. */
-import type { StreamAdmission } from "../streamAdmission.js";
 import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { Code, ConnectError, type ServiceImpl } from "@connectrpc/connect";
@@ -13,6 +12,7 @@ import { SubscriberQueue } from "../subscriberQueue.js";
 import { isBinaryCall } from "../eventWire.js";
 import { batchedNoticeSize, noticeBatchField, noticeField } from "../noticeWire.js";
 import { checkRange } from "../../core/validation.js";
+import type { StreamAdmission } from "../streamAdmission.js";
 
 export interface StreamSettings {
   /** Heartbeat on an idle stream, in ms. */
