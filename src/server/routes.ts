@@ -25,6 +25,7 @@ import { watchService, type StreamSettings } from "./services/watchService.js";
 import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
 import { BINARY_APPEND_METHODS } from "./appendRequestWire.js";
+import type { BinaryRoutes } from "./http/rpcHandler.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
 export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService, MessagingService, TaskService, DeliveryService] as const;
@@ -45,7 +46,7 @@ export function routes(
   messaging: Messaging,
   coordination: CoordinationRoutes,
 ) {
-  return (router: ConnectRouter, binary: ConnectRouter) => {
+  return (router: ConnectRouter, binary: BinaryRoutes) => {
     const state = stateService(core, tools, {
       maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
       ...(streams.admission ? { admission: streams.admission } : {}),
@@ -54,8 +55,8 @@ export function routes(
     });
     router.service(StateService, state);
     // Binary appends read their events by hand; readAppendRequests() gives the handlers typed requests.
-    binary.rpc(BINARY_APPEND_METHODS.appendEvents, state.appendEvents as never);
-    binary.rpc(BINARY_APPEND_METHODS.appendEventStream, state.appendEventStream as never);
+    binary.rpc(BINARY_APPEND_METHODS.appendEvents, state.appendEvents);
+    binary.rpc(BINARY_APPEND_METHODS.appendEventStream, state.appendEventStream);
     router.service(SessionService, sessionService(core, tools, logger));
     router.service(WatchService, watchService(core, streams));
     router.service(TranscriptService, transcriptService(tools));

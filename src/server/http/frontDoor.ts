@@ -22,7 +22,7 @@ import { listen, type Listener, type RequestHandler } from "./listener.js";
 import type { ServerMetrics } from "./metrics.js";
 import { createProbes, type Readiness } from "./probes.js";
 import { InFlightBytes } from "./requestBody.js";
-import { createRpcHandler } from "./rpcHandler.js";
+import { createRpcHandler, type BinaryRoutes } from "./rpcHandler.js";
 
 export interface FrontDoorLimits {
   maxStreamsPerConnection: number;
@@ -43,7 +43,7 @@ export interface FrontDoorOptions {
   port: number;
   tls?: TlsOptions;
   /** `binary`: handlers that take only the binary requests of their paths (rpcHandler.ts). */
-  routes(router: ConnectRouter, binary: ConnectRouter): void;
+  routes(router: ConnectRouter, binary: BinaryRoutes): void;
   /** The service's own interceptors (error mapping); authorization and the call log are added. */
   interceptors: Interceptor[];
   /** Interceptors that run after authorization (only authorized callers reach them). */

@@ -11,9 +11,11 @@
  * 4. the per-RPC log line and metrics (callLog.ts).
  * A path may have a second handler for binary requests (Connect, gRPC and gRPC-Web with
  * protobuf): the routes register it on the second router they are given; JSON requests on that
- * path take the first.
+ * path take the first. A binary bidi stream over the Connect protocol (AppendEventStream) is
+ * served directly on its HTTP/2 stream, through the same interceptors (directStream.ts).
  */
 import { createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
+import type { DescMethodBiDiStreaming, DescMethodUnary } from "@bufbuild/protobuf";
 import {
   compressionBrotli,
   compressionGzip,
@@ -31,13 +33,14 @@ import type { EarlyAuthorization } from "./earlyAuth.js";
 import { RequestBodyGuard, type BodyLimits, type BodyShape } from "./requestBody.js";
 import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, withRestatedRequestFault, type RpcProtocol } from "./rpcProtocol.js";
 import { requestTypeName } from "../requestFaults.js";
+import { serveDirectStream, takesDirectStream, type DirectStreamSpec } from "./directStream.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
 
 export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "interceptors" | "readMaxBytes" | "writeMaxBytes" | "compressMinBytes" | "shutdownSignal"> {
   /** `binary`: handlers that take the binary requests of their paths (see above). */
-  routes(router: ConnectRouter, binary: ConnectRouter): void;
+  routes(router: ConnectRouter, binary: BinaryRoutes): void;
   /** Context values of each call (the peer and the call record are added). */
   contextValues(req: NodeRequest): ContextValues;
   /** Absent: no authentication (no token file). */
@@ -47,6 +50,14 @@ export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "intercept
   /** A limit refused a request body (for metrics). */
   onRefused?(limit: "inflight_request_bytes" | "request_body_timeout" | "json_depth"): void;
   logger: Logger;
+}
+
+/**
+ * Where the routes register a path's handler for binary requests. A bidi stream's handler is
+ * also served directly (directStream.ts) for the requests that path takes.
+ */
+export interface BinaryRoutes {
+  rpc(method: DescMethodUnary | DescMethodBiDiStreaming, impl: unknown): void;
 }
 
 /** Returns the handler: true when it took the request (its path is an RPC), false otherwise. */
@@ -62,7 +73,13 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
   };
   const router = createConnectRouter(routerOptions);
   const binaryRouter = createConnectRouter(routerOptions);
-  options.routes(router, binaryRouter);
+  const direct = new Map<string, DirectStreamSpec>();
+  options.routes(router, {
+    rpc(method, impl) {
+      binaryRouter.rpc(method, impl as never);
+      if (method.methodKind === "bidi_streaming") direct.set(`/${method.parent.typeName}/${method.name}`, { method, impl: impl as DirectStreamSpec["impl"] });
+    },
+  });
   const byPath = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
   // The request type each path's callers know (requestFaults.ts names it in restated faults).
   const requestTypeByPath = new Map<string, string>(router.handlers.map((h) => [h.requestPath, requestTypeName(h.method)]));
@@ -130,6 +147,20 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     guard = new RequestBodyGuard({ ...options.body, readMaxBytes }, bodyShape(protocol, handler, req), record.startedAt);
     uReq.body = guard.wrap(uReq.body as AsyncIterable<Uint8Array>);
     const bodyGuard = guard;
+    const directSpec = handler === binaryHandler ? direct.get(path) : undefined;
+    if (directSpec && takesDirectStream(req)) {
+      serveDirectStream(directSpec, uReq, res as http2.Http2ServerResponse, {
+        interceptors: options.interceptors ?? [],
+        shutdownSignal: options.shutdownSignal,
+        readMaxBytes,
+        writeMaxBytes: options.writeMaxBytes ?? DEFAULT_WRITE_MAX_BYTES,
+      })
+        .then(() => {
+          if (bodyGuard.failure) options.onRefused?.(limitOf(bodyGuard.failure.code));
+        })
+        .catch((reason: unknown) => options.logger.error("writing the response failed", { procedure, error: String(reason) }));
+      return true;
+    }
     handler(uReq)
       .then(async (uRes) => {
         if (bodyGuard.failure) {
@@ -162,6 +193,9 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     return true;
   };
 }
+
+/** Connect's own default for writeMaxBytes (the largest it allows). */
+const DEFAULT_WRITE_MAX_BYTES = 0xffffffff;
 
 /** The longest delay setTimeout keeps: 2³¹−1 ms, about 24.8 days. */
 const LONGEST_TIMER_MS = 2 ** 31 - 1;

@@ -1,0 +1,260 @@
+/**
+ * AppendEventStream over the Connect protocol with binary messages is served straight on the
+ * HTTP/2 stream (src/server/http/directStream.ts); a request with a deadline header, gRPC,
+ * JSON or a compressed body still goes through Connect's stream pipeline. Every answer must be
+ * the same on both: results, batch errors, the faults of a request that does not decode, the
+ * size limit, authorization, revocation and shutdown. Raw HTTP/2 against real servers; each
+ * case is sent once directly and once with a long `connect-timeout-ms`, which Connect serves.
+ */
+import { create, fromBinary, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
+import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { writeFileSync } from "node:fs";
+import { join } from "node:path";
+import { gunzipSync } from "node:zlib";
+import type http2 from "node:http2";
+import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
+import { AppendEventStreamRequestSchema, AppendEventStreamResponseSchema } from "../gen/sessionstate/v1/state_pb.js";
+import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
+import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
+import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
+
+const PATH = "/sessionstate.v1.StateService/AppendEventStream";
+const CONNECT_STREAM = { "content-type": "application/connect+proto", "connect-protocol-version": "1" };
+/** The two ways through the server: directly, and Connect's pipeline (which a deadline header selects). */
+const ROUTES = { direct: {}, pipeline: { "connect-timeout-ms": "600000" } } as const;
+type Route = keyof typeof ROUTES;
+
+function envelope(flags: number, data: Uint8Array): Buffer {
+  const head = Buffer.alloc(5);
+  head[0] = flags;
+  head.writeUInt32BE(data.byteLength, 1);
+  return Buffer.concat([head, data]);
+}
+
+function batch(init: MessageInitShape<typeof AppendEventStreamRequestSchema>): Buffer {
+  return envelope(0, toBinary(AppendEventStreamRequestSchema, create(AppendEventStreamRequestSchema, init)));
+}
+
+function goal(sessionKey: string, summary = "goal changed", dedupeKey = "") {
+  return { session: { sessionKey }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.AGENT, actorId: "agent:main:producer", summary, dedupeKey };
+}
+
+interface Reading {
+  answers: { batchId: number; error?: { code: number; message: string }; results: { recorded: boolean; duplicate: boolean; reason: string; sequence: number }[] }[];
+  end: { error?: { code: string; message: string }; metadata?: Record<string, string[]> };
+}
+
+/** The answers and the end of stream of a Connect streaming response (inflated when it says gzip). */
+function read(answer: RawAnswer): Reading {
+  const gzip = answer.headers["connect-content-encoding"] === "gzip";
+  const reading: Reading = { answers: [], end: {} };
+  for (let at = 0; at + 5 <= answer.body.length; ) {
+    const flags = answer.body[at];
+    const length = answer.body.readUInt32BE(at + 1);
+    let data = answer.body.subarray(at + 5, at + 5 + length);
+    at += 5 + length;
+    if (flags & 0x01) data = gzipOff(data, gzip);
+    if (flags & 0x02) {
+      reading.end = JSON.parse(data.toString("utf8"));
+      continue;
+    }
+    const res = fromBinary(AppendEventStreamResponseSchema, data);
+    reading.answers.push({
+      batchId: Number(res.batchId),
+      error: res.error ? { code: res.error.code, message: res.error.message } : undefined,
+      results: res.results.map((r) => ({ recorded: r.recorded, duplicate: r.duplicate, reason: r.reason, sequence: Number(r.sequence) })),
+    });
+  }
+  return reading;
+}
+
+function gzipOff(data: Buffer, gzip: boolean): Buffer {
+  if (!gzip) throw new Error("a compressed envelope in an answer that declared no encoding");
+  return gunzipSync(data);
+}
+
+/** Sequences differ between the two sends; everything else must not. */
+function withoutSequences(r: Reading) {
+  return { ...r, answers: r.answers.map((a) => ({ ...a, results: a.results.map(({ sequence: _, ...rest }) => rest) })) };
+}
+
+async function send(session: http2.ClientHttp2Session, route: Route, body: Buffer, headers: Record<string, string> = {}): Promise<RawAnswer> {
+  return rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route], ...headers }, body).answer;
+}
+
+describe("one server, no tokens", () => {
+  let t: TestServer;
+  let session: http2.ClientHttp2Session;
+  beforeAll(async () => {
+    // Answers compressed whatever their size where the client accepts gzip: tells the two routes apart.
+    t = await startTestServer({ compressMinBytes: 0 });
+    session = await connectH2(t.url);
+  });
+  afterAll(async () => {
+    session?.close();
+    await t?.stop();
+  });
+
+  it("serves the direct route without Connect's pipeline (its answers are never compressed), and the same request with a deadline through it", async () => {
+    const body = batch({ batchId: 1n, events: [goal("agent:main:route")] });
+    const direct = await send(session, "direct", body, { "connect-accept-encoding": "gzip" });
+    const pipeline = await send(session, "pipeline", body, { "connect-accept-encoding": "gzip" });
+    expect(direct.status).toBe(200);
+    expect(direct.headers["content-type"]).toBe("application/connect+proto");
+    expect(direct.headers["connect-content-encoding"]).toBeUndefined();
+    expect(pipeline.headers["connect-content-encoding"]).toBe("gzip");
+    expect(withoutSequences(read(direct))).toEqual(withoutSequences(read(pipeline)));
+    expect(read(direct).answers[0].results[0].recorded).toBe(true);
+  });
+
+  it("answers valid, invalid and duplicate batches alike, skips a client's end-of-stream envelope, and ends OK", async () => {
+    const readings: Record<Route, Reading> = {} as never;
+    for (const route of Object.keys(ROUTES) as Route[]) {
+      const key = `agent:main:parity-${route}`;
+      const body = Buffer.concat([
+        batch({ batchId: 1n, events: [goal(key, "one", "d-1"), goal(key, "two")] }),
+        batch({ batchId: 2n, events: [goal("not a session key")] }),
+        batch({ batchId: 3n, events: [goal(key, "one again", "d-1"), goal(key, "three")] }),
+        envelope(0x02, Buffer.from("{}")),
+        batch({ batchId: 4n, events: [{ ...goal(key), kind: EventKind.RUN_FAILED }] }),
+      ]);
+      readings[route] = read(await send(session, route, body));
+    }
+    expect(withoutSequences(readings.direct)).toEqual(withoutSequences(readings.pipeline));
+    const { answers, end } = readings.direct;
+    expect(end).toEqual({});
+    expect(answers.map((a) => a.batchId).sort()).toEqual([1, 2, 3, 4]);
+    const byId = new Map(answers.map((a) => [a.batchId, a]));
+    expect(byId.get(1)!.results.map((r) => r.recorded)).toEqual([true, true]);
+    expect(byId.get(2)!.error?.code).toBe(3); // INVALID_ARGUMENT, this batch alone
+    expect(byId.get(3)!.results.map((r) => r.duplicate)).toEqual([true, false]);
+    expect(byId.get(3)!.results[0].sequence).toBe(byId.get(1)!.results[0].sequence);
+    expect(byId.get(4)!.error?.message).toMatch(/outcome/);
+  });
+
+  it("reads a batch whose envelope arrives over many DATA frames, and many envelopes in one", async () => {
+    const key = "agent:main:frames";
+    const big = batch({ batchId: 7n, events: Array.from({ length: 500 }, (_, i) => goal(key, `event ${i} ${"x".repeat(150)}`)) });
+    expect(big.length).toBeGreaterThan(64 * 1024);
+    const small = Array.from({ length: 50 }, (_, i) => batch({ batchId: BigInt(100 + i), events: [goal(key, `small ${i}`)] }));
+    const { answers, end } = read(await send(session, "direct", Buffer.concat([big, ...small])));
+    expect(end).toEqual({});
+    expect(answers).toHaveLength(51);
+    expect(answers.find((a) => a.batchId === 7)!.results.filter((r) => r.recorded)).toHaveLength(500);
+    expect(answers.filter((a) => a.batchId >= 100 && a.results[0]?.recorded)).toHaveLength(50);
+  });
+
+  const faults: [string, () => Buffer, string, RegExp][] = [
+    ["a message that does not decode", () => envelope(0, Buffer.from([0xff, 0xff, 0xff, 0x0a])), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],
+    ["an envelope flagged compressed without an encoding", () => envelope(0x01, Buffer.from([0x08, 0x01])), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],
+    ["a body that ends inside an envelope", () => envelope(0, Buffer.alloc(40)).subarray(0, 20), "invalid_argument", /^protocol error: incomplete envelope$/],
+  ];
+  for (const [what, body, code, message] of faults) {
+    it(`ends the stream alike for ${what}, after answering the batches before it`, async () => {
+      const readings: Reading[] = [];
+      for (const route of Object.keys(ROUTES) as Route[]) {
+        const before = batch({ batchId: 1n, events: [goal(`agent:main:fault-${route}`)] });
+        readings.push(read(await send(session, route, Buffer.concat([before, body()]))));
+      }
+      expect(withoutSequences(readings[0])).toEqual(withoutSequences(readings[1]));
+      expect(readings[0].end.error?.code).toBe(code);
+      expect(readings[0].end.error?.message).toMatch(message);
+      expect(readings[0].answers.map((a) => a.batchId)).toEqual([1]);
+    });
+  }
+});
+
+describe("a request over the size limit", () => {
+  let t: TestServer;
+  let session: http2.ClientHttp2Session;
+  beforeAll(async () => {
+    t = await startTestServer({ readMaxBytes: 1024 });
+    session = await connectH2(t.url);
+  });
+  afterAll(async () => {
+    session?.close();
+    await t?.stop();
+  });
+
+  it("is RESOURCE_EXHAUSTED naming --max-request-bytes on both routes", async () => {
+    const big = batch({ batchId: 1n, events: Array.from({ length: 20 }, (_, i) => goal("agent:main:big", `event ${i} ${"y".repeat(100)}`)) });
+    for (const route of Object.keys(ROUTES) as Route[]) {
+      const { end, answers } = read(await send(session, route, big));
+      expect(answers).toEqual([]);
+      expect(end.error?.code, route).toBe("resource_exhausted");
+      expect(end.error?.message, route).toMatch(/^sessionstate\.v1\.AppendEventStreamRequest \(\d+ bytes\) is larger than the server accepts: --max-request-bytes 1024$/);
+    }
+  });
+});
+
+describe("with tokens", () => {
+  const gateway = generateSecret();
+  const other = generateSecret();
+  const dir = tempDir("sessionstate-direct-stream-");
+  const tokenPath = join(dir.path, "tokens.json");
+  const tokenFile = (names: string[]) => ({
+    tokens: [
+      { name: "gw-main", role: "gateway", agent_ids: ["main"], sha256: hashSecret(gateway) },
+      { name: "gw-other", role: "gateway", agent_ids: ["other"], sha256: hashSecret(other) },
+    ].filter((t) => names.includes(t.name)),
+  });
+  let tokens: TokenFile;
+  let t: TestServer;
+  let session: http2.ClientHttp2Session;
+  beforeAll(async () => {
+    writeFileSync(tokenPath, JSON.stringify(tokenFile(["gw-main", "gw-other"])));
+    tokens = TokenFile.load(tokenPath);
+    t = await startTestServer({ tokens });
+    session = await connectH2(t.url);
+  });
+  afterAll(async () => {
+    session?.close();
+    await t?.stop();
+    dir.remove();
+  });
+
+  it("refuses a batch outside the token's agents alone, and a call without a token, on both routes alike", async () => {
+    const readings: Reading[] = [];
+    for (const route of Object.keys(ROUTES) as Route[]) {
+      const body = Buffer.concat([batch({ batchId: 1n, events: [goal("agent:other:s")] }), batch({ batchId: 2n, events: [goal(`agent:main:auth-${route}`)] })]);
+      readings.push(read(await send(session, route, body, { authorization: `Bearer ${gateway}` })));
+      const anonymous = await send(session, route, body);
+      expect(read(anonymous).end.error?.code, route).toBe("unauthenticated");
+    }
+    expect(withoutSequences(readings[0])).toEqual(withoutSequences(readings[1]));
+    const [denied, allowed] = [...readings[0].answers].sort((a, b) => a.batchId - b.batchId);
+    expect(denied.error?.code).toBe(7); // PERMISSION_DENIED
+    expect(allowed.results[0].recorded).toBe(true);
+  });
+
+  it("ends an open direct stream when a reload drops its token", async () => {
+    const call = rawCall(session, PATH, { ...CONNECT_STREAM, authorization: `Bearer ${other}` }, batch({ batchId: 1n, events: [goal("agent:other:open")] }), false);
+    await call.headers;
+    writeFileSync(tokenPath, JSON.stringify(tokenFile(["gw-main"])));
+    tokens.reload();
+    const { answers, end } = read(await call.answer);
+    expect(answers.map((a) => a.batchId)).toEqual([1]);
+    expect(end.error?.code).toBe("unauthenticated");
+    expect(end.error?.message).toMatch(/reloaded without it/);
+  });
+});
+
+describe("a server that stops", () => {
+  for (const route of Object.keys(ROUTES) as Route[]) {
+    it(`ends an open stream with UNAVAILABLE (${route})`, async () => {
+      const t = await startTestServer({ shutdownGraceMs: 2000 });
+      const session = await connectH2(t.url);
+      try {
+        const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, batch({ batchId: 1n, events: [goal("agent:main:stop")] }), false);
+        await call.headers;
+        await t.stop();
+        const { answers, end } = read(await call.answer);
+        expect(answers.map((a) => a.batchId)).toEqual([1]);
+        expect(end.error?.code).toBe("unavailable");
+      } finally {
+        session.close();
+        await t.stop();
+      }
+    });
+  }
+});
