@@ -1,6 +1,7 @@
 /**
  * One soak client process (forked by bench/soak/run.ts): for its own agent it appends
- * events, reads status deltas, churns watches, holds a notice stream that acks every notice,
+ * events (by AppendEvents calls, and through the client helper recordEvent from four
+ * concurrent callers, which share batches on one AppendEventStream), reads status deltas, churns watches, holds a notice stream that acks every notice,
  * and opens short-lived streams to replay pending notices — each as a closed loop, as fast
  * as the server answers — until the deadline. Then it audits: every acknowledged event
  * must be in the log, identical, and no notice may arrive twice on one stream.
@@ -12,6 +13,7 @@ import { SessionKind, SessionService } from "../../gen/sessionstate/v1/session_p
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
 import { Histogram } from "./histogram.js";
+import { recordEvent } from "../../src/client/recordEvent.js";
 
 export interface ClientReport {
   id: number;
@@ -99,6 +101,26 @@ async function appender(): Promise<void> {
       acked.set(seq, [events[i].session.sessionKey, events[i].summary]);
       heads.set(events[i].session.sessionKey, Math.max(heads.get(events[i].session.sessionKey) ?? 0, seq));
     });
+  }
+}
+
+/** A failed record is counted as an error of the `record` operation; the helper's own warnings are not needed. */
+const SILENT = { info() {}, warn() {}, error() {} };
+
+/** A Gateway's turn recording one event at a time through the helper as shipped (the stream). */
+async function recorder(): Promise<void> {
+  while (running()) {
+    const event = { session: { sessionKey: pick(TARGETS) }, kind: pick(KINDS), actorType: ActorType.HUMAN, summary: `c${id} r${appended++}` };
+    const result = await timed("record", async () => {
+      const r = await recordEvent(state, event, { logger: SILENT });
+      if (r.status === "failed") throw new ConnectError(r.message, r.code);
+      return r;
+    });
+    if (result?.status === "recorded") {
+      const seq = Number(result.sequence);
+      acked.set(seq, [event.session.sessionKey, event.summary]);
+      heads.set(event.session.sessionKey, Math.max(heads.get(event.session.sessionKey) ?? 0, seq));
+    }
   }
 }
 
@@ -198,7 +220,7 @@ async function main(): Promise<void> {
     await watch.watch({ watcherSessionKey: MAIN, targetSessionKey: target });
   }
   process.send!({ type: "ready" });
-  await Promise.all([appender(), appender(), statusReader(), watchChurn(), noticeStream(), replays()]);
+  await Promise.all([appender(), appender(), recorder(), recorder(), recorder(), recorder(), statusReader(), watchChurn(), noticeStream(), replays()]);
   const { lost, changed } = await audit();
   const report: ClientReport = {
     id,
