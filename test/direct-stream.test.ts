@@ -17,6 +17,8 @@ import { AppendEventStreamRequestSchema, AppendEventStreamResponseSchema } from 
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
 import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
+import { requestMessages } from "../src/server/http/directStream.js";
+import { BINARY_APPEND_METHODS } from "../src/server/appendRequestWire.js";
 
 const PATH = "/sessionstate.v1.StateService/AppendEventStream";
 const CONNECT_STREAM = { "content-type": "application/connect+proto", "connect-protocol-version": "1" };
@@ -81,6 +83,43 @@ function withoutSequences(r: Reading) {
 async function send(session: http2.ClientHttp2Session, route: Route, body: Buffer, headers: Record<string, string> = {}): Promise<RawAnswer> {
   return rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route], ...headers }, body).answer;
 }
+
+describe("the envelope reader", () => {
+  async function* chunked(bytes: Buffer, sizes: () => number): AsyncGenerator<Uint8Array> {
+    for (let at = 0; at < bytes.length; ) {
+      const n = Math.min(bytes.length - at, sizes());
+      yield bytes.subarray(at, at + n);
+      at += n;
+    }
+  }
+  const method = BINARY_APPEND_METHODS.appendEventStream;
+
+  it("reads the same messages however the bytes are cut into chunks (1 byte to 64 KiB, envelopes across chunks)", async () => {
+    const batches = Array.from({ length: 40 }, (_, i) =>
+      batch({ batchId: BigInt(i + 1), events: Array.from({ length: 1 + (i % 7) * 30 }, (_, j) => goal(`agent:main:s${j % 5}`, `e${j} ${"z".repeat(i * 3)}`)) }),
+    );
+    const body = Buffer.concat(batches);
+    let seed = 7;
+    const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
+    for (const sizes of [() => 1, () => 5, () => 16_384, () => 65_536, () => 1 + Math.floor(random() * 3000)]) {
+      const ids: bigint[] = [];
+      const counts: number[] = [];
+      for await (const m of requestMessages(chunked(body, sizes), method, 4 * 1024 * 1024)) {
+        const wire = m as unknown as { batchId: bigint; events: Uint8Array[] };
+        ids.push(wire.batchId);
+        counts.push(wire.events.length);
+      }
+      expect(ids).toEqual(batches.map((_, i) => BigInt(i + 1)));
+      expect(counts).toEqual(batches.map((_, i) => 1 + (i % 7) * 30));
+    }
+  });
+
+  it("refuses an envelope over the limit from its header, before its bytes arrive", async () => {
+    const head = Buffer.from([0, 0x7f, 0xff, 0xff, 0xff]);
+    const read = requestMessages(chunked(head, () => 5), method, 1024)[Symbol.asyncIterator]();
+    await expect(read.next()).rejects.toThrow(/message size 2147483647 is larger than configured readMaxBytes 1024/);
+  });
+});
 
 describe("one server, no tokens", () => {
   let t: TestServer;

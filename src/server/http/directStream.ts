@@ -125,31 +125,91 @@ export async function serveDirectStream(
 }
 
 /** The request's messages: envelopes split and parsed, faults worded as Connect words them. */
-async function* requestMessages(body: AsyncIterable<Uint8Array>, method: DescMethodBiDiStreaming, readMaxBytes: number): AsyncGenerator<Message> {
-  let pending: Uint8Array = new Uint8Array(0);
+export async function* requestMessages(body: AsyncIterable<Uint8Array>, method: DescMethodBiDiStreaming, readMaxBytes: number): AsyncGenerator<Message> {
+  const bytes = new ByteQueue();
   for await (const chunk of body) {
-    const buffer = pending.length === 0 ? chunk : concat(pending, chunk);
-    let at = 0;
+    bytes.push(chunk);
     for (;;) {
-      if (buffer.length - at < 5) break;
-      const flags = buffer[at];
-      const length = ((buffer[at + 1] << 24) >>> 0) + (buffer[at + 2] << 16) + (buffer[at + 3] << 8) + buffer[at + 4];
-      if (length > readMaxBytes) {
-        throw new ConnectError(`message size ${length} is larger than configured readMaxBytes ${readMaxBytes}`, Code.ResourceExhausted);
+      const head = bytes.peekHead();
+      if (head === undefined) break;
+      // Refused from its header alone: an oversized message is never buffered.
+      if (head.length > readMaxBytes) {
+        throw new ConnectError(`message size ${head.length} is larger than configured readMaxBytes ${readMaxBytes}`, Code.ResourceExhausted);
       }
-      if (buffer.length - at - 5 < length) break;
-      const data = buffer.subarray(at + 5, at + 5 + length);
-      at += 5 + length;
+      if (bytes.size < 5 + head.length) break;
+      bytes.take(5);
+      const data = bytes.take(head.length);
       // A client's end-of-stream envelope carries nothing for the server; Connect skips it too.
-      if ((flags & endStreamFlag) === endStreamFlag) continue;
-      if ((flags & FLAG_COMPRESSED) === FLAG_COMPRESSED) {
+      if ((head.flags & endStreamFlag) === endStreamFlag) continue;
+      if ((head.flags & FLAG_COMPRESSED) === FLAG_COMPRESSED) {
         throw new ConnectError("received compressed envelope, but do not know how to decompress", Code.Internal);
       }
       yield parse(method, data);
     }
-    pending = at === buffer.length ? new Uint8Array(0) : buffer.subarray(at);
   }
-  if (pending.length > 0) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
+  if (bytes.size > 0) throw new ConnectError("protocol error: incomplete envelope", Code.InvalidArgument);
+}
+
+/**
+ * The bytes received and not yet taken, as the chunks they came in: a message spread over
+ * many chunks is copied once, when it is whole; one inside a chunk is a view of it.
+ */
+class ByteQueue {
+  private readonly chunks: Uint8Array[] = [];
+  size = 0;
+
+  push(chunk: Uint8Array): void {
+    if (chunk.length === 0) return;
+    this.chunks.push(chunk);
+    this.size += chunk.length;
+  }
+
+  /** The next envelope's flags and length, once its 5-byte header is here. */
+  peekHead(): { flags: number; length: number } | undefined {
+    if (this.size < 5) return undefined;
+    const first = this.chunks[0];
+    const head = first.length >= 5 ? first : this.copyFront(5);
+    return { flags: head[0], length: ((head[1] << 24) >>> 0) + (head[2] << 16) + (head[3] << 8) + head[4] };
+  }
+
+  /** Takes `n` (≤ size) bytes off the front. */
+  take(n: number): Uint8Array {
+    const first = this.chunks[0];
+    let out: Uint8Array;
+    if (first.length >= n) {
+      out = first.subarray(0, n);
+      if (first.length === n) this.chunks.shift();
+      else this.chunks[0] = first.subarray(n);
+    } else {
+      out = this.copyFront(n);
+      let left = n;
+      while (left > 0) {
+        const c = this.chunks[0];
+        if (c.length <= left) {
+          this.chunks.shift();
+          left -= c.length;
+        } else {
+          this.chunks[0] = c.subarray(left);
+          left = 0;
+        }
+      }
+    }
+    this.size -= n;
+    return out;
+  }
+
+  /** A copy of the first `n` bytes, leaving them in place. */
+  private copyFront(n: number): Uint8Array {
+    const out = new Uint8Array(n);
+    let at = 0;
+    for (const c of this.chunks) {
+      const k = Math.min(c.length, n - at);
+      out.set(c.subarray(0, k), at);
+      at += k;
+      if (at === n) break;
+    }
+    return out;
+  }
 }
 
 function parse(method: DescMethodBiDiStreaming, data: Uint8Array): Message {
@@ -218,13 +278,6 @@ function envelope(flags: number, data: Uint8Array): Uint8Array {
   out[0] = flags;
   new DataView(out.buffer).setUint32(1, data.length);
   out.set(data, 5);
-  return out;
-}
-
-function concat(a: Uint8Array, b: Uint8Array): Uint8Array {
-  const out = new Uint8Array(a.length + b.length);
-  out.set(a, 0);
-  out.set(b, a.length);
   return out;
 }
 
