@@ -12,12 +12,14 @@ import { writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { gunzipSync } from "node:zlib";
 import type http2 from "node:http2";
+import { constants as http2constants } from "node:http2";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { AppendEventStreamRequestSchema, AppendEventStreamResponseSchema } from "../gen/sessionstate/v1/state_pb.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
 import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
 import { requestMessages } from "../src/server/http/directStream.js";
+import { createLogger } from "../src/server/logger.js";
 import { BINARY_APPEND_METHODS } from "../src/server/appendRequestWire.js";
 
 const PATH = "/sessionstate.v1.StateService/AppendEventStream";
@@ -98,7 +100,8 @@ describe("the envelope reader", () => {
     const batches = Array.from({ length: 40 }, (_, i) =>
       batch({ batchId: BigInt(i + 1), events: Array.from({ length: 1 + (i % 7) * 30 }, (_, j) => goal(`agent:main:s${j % 5}`, `e${j} ${"z".repeat(i * 3)}`)) }),
     );
-    const body = Buffer.concat(batches);
+    // An empty message (every field at its default) and an empty end-of-stream envelope last.
+    const body = Buffer.concat([...batches, envelope(0, Buffer.alloc(0)), envelope(0x02, Buffer.alloc(0))]);
     let seed = 7;
     const random = () => ((seed = (seed * 1103515245 + 12345) % 2 ** 31) / 2 ** 31);
     for (const sizes of [() => 1, () => 5, () => 16_384, () => 65_536, () => 1 + Math.floor(random() * 3000)]) {
@@ -109,8 +112,8 @@ describe("the envelope reader", () => {
         ids.push(wire.batchId);
         counts.push(wire.events.length);
       }
-      expect(ids).toEqual(batches.map((_, i) => BigInt(i + 1)));
-      expect(counts).toEqual(batches.map((_, i) => 1 + (i % 7) * 30));
+      expect(ids).toEqual([...batches.map((_, i) => BigInt(i + 1)), 0n]);
+      expect(counts).toEqual([...batches.map((_, i) => 1 + (i % 7) * 30), 0]);
     }
   });
 
@@ -186,19 +189,86 @@ describe("one server, no tokens", () => {
   const faults: [string, () => Buffer, string, RegExp][] = [
     ["a message that does not decode", () => envelope(0, Buffer.from([0xff, 0xff, 0xff, 0x0a])), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],
     ["an envelope flagged compressed without an encoding", () => envelope(0x01, Buffer.from([0x08, 0x01])), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],
+    ["an envelope flagged compressed and end of stream", () => envelope(0x03, Buffer.from("{}")), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],
+    ["an empty message", () => envelope(0, Buffer.alloc(0)), "ok", /^$/],
     ["a body that ends inside an envelope", () => envelope(0, Buffer.alloc(40)).subarray(0, 20), "invalid_argument", /^protocol error: incomplete envelope$/],
   ];
   for (const [what, body, code, message] of faults) {
-    it(`ends the stream alike for ${what}, after answering the batches before it`, async () => {
+    it(`answers alike for ${what}, after the batches before it`, async () => {
       const readings: Reading[] = [];
       for (const route of Object.keys(ROUTES) as Route[]) {
         const before = batch({ batchId: 1n, events: [goal(`agent:main:fault-${route}`)] });
         readings.push(read(await send(session, route, Buffer.concat([before, body()]))));
       }
       expect(withoutSequences(readings[0])).toEqual(withoutSequences(readings[1]));
-      expect(readings[0].end.error?.code).toBe(code);
-      expect(readings[0].end.error?.message).toMatch(message);
-      expect(readings[0].answers.map((a) => a.batchId)).toEqual([1]);
+      expect(readings[0].end.error?.code ?? "ok").toBe(code);
+      expect(readings[0].end.error?.message ?? "").toMatch(message);
+      // An empty message is a batch of no events: refused alone, as AppendEvents would be.
+      expect(readings[0].answers.map((a) => a.batchId).sort()).toEqual(code === "ok" ? [0, 1] : [1]);
+    });
+  }
+});
+
+describe("calls that end early end on the server", () => {
+  let t: TestServer;
+  let session: http2.ClientHttp2Session;
+  const logs: { msg: string; code?: string; procedure?: string }[] = [];
+  const streamCalls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/AppendEventStream");
+  beforeAll(async () => {
+    t = await startTestServer({ logger: createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) }) });
+    session = await connectH2(t.url);
+  });
+  afterAll(async () => {
+    session?.close();
+    await t?.stop();
+  });
+
+  /** Calls of AppendEventStream in flight, from /metrics. */
+  async function inFlight(): Promise<number> {
+    const text = await (await fetch(`${t.url}/metrics`)).text();
+    const line = text.split("\n").find((l) => l.startsWith('sessionstate_rpc_in_flight{procedure="sessionstate.v1.StateService/AppendEventStream"}'));
+    return Number(line?.split(" ")[1] ?? 0);
+  }
+  async function settles(): Promise<number> {
+    for (let i = 0; i < 100 && (await inFlight()) > 0; i++) await new Promise((r) => setTimeout(r, 30));
+    return inFlight();
+  }
+  const filler = () =>
+    Buffer.concat(Array.from({ length: 300 }, (_, i) => batch({ batchId: BigInt(100 + i), events: [goal("agent:main:fill", "f".repeat(600), `fill-${i}-${Math.random()}`)] })));
+
+  it("a spelling of identity Connect does not know takes Connect's path and its refusal", async () => {
+    for (const route of Object.keys(ROUTES) as Route[]) {
+      const answer = await send(session, route, batch({ batchId: 1n, events: [goal("agent:main:identity")] }), { "connect-content-encoding": "IDENTITY" });
+      expect(read(answer).end.error?.code, route).toBe("unimplemented");
+    }
+  });
+
+  for (const route of Object.keys(ROUTES) as Route[]) {
+    it(`a stream answered while its client still sends is closed and logged (${route})`, async () => {
+      const before = streamCalls().length;
+      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.concat([envelope(0, Buffer.from([0xff, 0xff, 0xff, 0x0a])), filler()]), false);
+      expect(read(await call.answer).end.error?.code).toBe("invalid_argument");
+      expect(await settles()).toBe(0);
+      expect(streamCalls().slice(before).map((l) => l.code)).toEqual(["invalid_argument"]);
+    });
+
+    it(`a stream its client resets with NO_ERROR while answers wait unread is closed and logged cancelled (${route})`, async () => {
+      const before = streamCalls().length;
+      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
+      call.stream.pause();
+      const batches = Array.from({ length: 300 }, (_, i) =>
+        batch({ batchId: BigInt(i + 1), events: Array.from({ length: 100 }, (_, j) => goal("agent:main:unread", "s", `${route}-${i}-${j}`)) }),
+      );
+      call.stream.write(Buffer.concat(batches));
+      // Until the server has stopped reading: its answers fill the window the client does not read.
+      for (let i = 0; i < 100 && (await t.state.getStatus({ session: { sessionKey: "agent:main:unread" } }).catch(() => undefined)) === undefined; i++) {
+        await new Promise((r) => setTimeout(r, 30));
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      expect(await inFlight()).toBe(1);
+      call.stream.close(http2constants.NGHTTP2_NO_ERROR);
+      expect(await settles()).toBe(0);
+      expect(streamCalls().slice(before).map((l) => l.code)).toEqual(["canceled"]);
     });
   }
 });

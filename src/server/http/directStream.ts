@@ -56,8 +56,9 @@ export function takesDirectStream(req: http.IncomingMessage | http2.Http2ServerR
   const headers = req.headers;
   if (headers["content-type"]?.toLowerCase() !== CONTENT_TYPE) return false;
   if (headers["connect-timeout-ms"] !== undefined) return false;
+  // Exactly as Connect names it: Connect refuses any other spelling (UNIMPLEMENTED), so those take its path.
   const encoding = headers["connect-content-encoding"];
-  return encoding === undefined || (typeof encoding === "string" && encoding.trim().toLowerCase() === "identity");
+  return encoding === undefined || encoding === "identity";
 }
 
 /**
@@ -139,11 +140,12 @@ export async function* requestMessages(body: AsyncIterable<Uint8Array>, method: 
       if (bytes.size < 5 + head.length) break;
       bytes.take(5);
       const data = bytes.take(head.length);
-      // A client's end-of-stream envelope carries nothing for the server; Connect skips it too.
-      if ((head.flags & endStreamFlag) === endStreamFlag) continue;
+      // Checked in Connect's order: the compressed flag first (there is no encoding to undo).
       if ((head.flags & FLAG_COMPRESSED) === FLAG_COMPRESSED) {
         throw new ConnectError("received compressed envelope, but do not know how to decompress", Code.Internal);
       }
+      // A client's end-of-stream envelope carries nothing for the server; Connect skips it too.
+      if ((head.flags & endStreamFlag) === endStreamFlag) continue;
       yield parse(method, data);
     }
   }
@@ -174,6 +176,8 @@ class ByteQueue {
 
   /** Takes `n` (≤ size) bytes off the front. */
   take(n: number): Uint8Array {
+    // An empty message may be the last thing received: there may be no chunk left to look at.
+    if (n === 0) return new Uint8Array(0);
     const first = this.chunks[0];
     let out: Uint8Array;
     if (first.length >= n) {

@@ -247,10 +247,17 @@ function limitOf(code: Code): "inflight_request_bytes" | "request_body_timeout" 
   return code === Code.ResourceExhausted ? "inflight_request_bytes" : code === Code.DeadlineExceeded ? "request_body_timeout" : "json_depth";
 }
 
-/** Once the response is complete, refuses whatever of the request body is still coming. */
+/**
+ * Once the response is complete, refuses whatever of the request body is still coming. And
+ * a stream the client reset before the response was complete is destroyed: Node keeps a
+ * stream reset with NO_ERROR until its unread body has been read and its unsent answers have
+ * drained, and a handler held by backpressure does neither, so the call (its log line, the
+ * in-flight gauge, the connection) would never end.
+ */
 function stopReadingOnceAnswered(req: NodeRequest, res: NodeResponse): void {
   if ("stream" in req) {
     const stream = req.stream;
+    stream.once("aborted", () => setImmediate(() => stream.destroyed || stream.destroy()));
     // "finish": everything is handed to HTTP/2. The refusal (RST_STREAM NO_ERROR, which a server
     // may send after a complete response, RFC 9113 §8.1) must not overtake the last frames, so it
     // waits until the stream's own side is closed (END_STREAM sent), or a second at most.
@@ -258,8 +265,13 @@ function stopReadingOnceAnswered(req: NodeRequest, res: NodeResponse): void {
       const since = performance.now();
       const refuse = () => {
         if (stream.destroyed || stream.closed || stream.state.remoteClose) return;
-        if (stream.state.localClose || performance.now() - since > 1000) stream.close(http2.constants.NGHTTP2_NO_ERROR);
-        else setTimeout(refuse, 5).unref();
+        if (stream.state.localClose || performance.now() - since > 1000) {
+          stream.close(http2.constants.NGHTTP2_NO_ERROR);
+          // Node finishes a stream closed with NO_ERROR only once its request side has ended, and
+          // a body nobody reads any more never ends: without this the call never closes (no log
+          // line, the in-flight gauge stays up, the connection outlives its client).
+          setImmediate(() => stream.destroyed || stream.destroy());
+        } else setTimeout(refuse, 5).unref();
       };
       refuse();
     });
