@@ -212,7 +212,7 @@ describe("one server, no tokens", () => {
 describe("calls that end early end on the server", () => {
   let t: TestServer;
   let session: http2.ClientHttp2Session;
-  const logs: { msg: string; code?: string; procedure?: string }[] = [];
+  const logs: { msg: string; level?: string; code?: string; procedure?: string }[] = [];
   const streamCalls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/AppendEventStream");
   beforeAll(async () => {
     t = await startTestServer({ logger: createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) }) });
@@ -250,6 +250,25 @@ describe("calls that end early end on the server", () => {
       expect(read(await call.answer).end.error?.code).toBe("invalid_argument");
       expect(await settles()).toBe(0);
       expect(streamCalls().slice(before).map((l) => l.code)).toEqual(["invalid_argument"]);
+    });
+
+    it(`a stream its client resets with INTERNAL_ERROR while answers wait unread is logged cancelled, and no internal error (${route})`, async () => {
+      const before = streamCalls().length;
+      const errorsBefore = logs.filter((l) => l.level === "error" || l.level === "warn").length;
+      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
+      call.stream.pause();
+      call.stream.write(
+        Buffer.concat(Array.from({ length: 300 }, (_, i) => batch({ batchId: BigInt(i + 1), events: Array.from({ length: 100 }, (_, j) => goal("agent:main:reset", "s", `r-${route}-${i}-${j}`)) }))),
+      );
+      for (let i = 0; i < 100 && (await t.state.getStatus({ session: { sessionKey: "agent:main:reset" } }).catch(() => undefined)) === undefined; i++) {
+        await new Promise((r) => setTimeout(r, 30));
+      }
+      await new Promise((r) => setTimeout(r, 300));
+      call.stream.close(http2constants.NGHTTP2_INTERNAL_ERROR);
+      expect(await settles()).toBe(0);
+      await new Promise((r) => setTimeout(r, 100));
+      expect(streamCalls().slice(before).map((l) => l.code)).toEqual(["canceled"]);
+      expect(logs.filter((l) => l.level === "error" || l.level === "warn").slice(errorsBefore)).toEqual([]);
     });
 
     it(`a stream its client resets with NO_ERROR while answers wait unread is closed and logged cancelled (${route})`, async () => {

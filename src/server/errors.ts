@@ -35,12 +35,14 @@ function bounded(err: ConnectError): ConnectError {
 }
 
 /**
- * The client went away mid-stream — its stream closed early, or an answer was written after it
- * left: nothing failed on our side (CANCELED, not a fault to log).
+ * The client went away mid-stream — its stream closed early, an answer was written after it
+ * left, or it reset the HTTP/2 stream with an error code (Node then fails the write with
+ * ERR_HTTP2_STREAM_ERROR, whatever code the client chose): nothing failed on our side
+ * (CANCELED, not a fault to log).
  */
 export function clientWentAway(err: unknown): boolean {
   const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  return code === "ERR_STREAM_PREMATURE_CLOSE" || code === "ERR_STREAM_DESTROYED";
+  return code === "ERR_STREAM_PREMATURE_CLOSE" || code === "ERR_STREAM_DESTROYED" || code === "ERR_HTTP2_STREAM_ERROR";
 }
 
 /**

@@ -33,6 +33,7 @@ import type { EarlyAuthorization } from "./earlyAuth.js";
 import { RequestBodyGuard, type BodyLimits, type BodyShape } from "./requestBody.js";
 import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, withRestatedRequestFault, type RpcProtocol } from "./rpcProtocol.js";
 import { requestTypeName } from "../requestFaults.js";
+import { clientWentAway } from "../errors.js";
 import { serveDirectStream, takesDirectStream, type DirectStreamSpec } from "./directStream.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
@@ -185,9 +186,9 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
         await universalResponseToNodeResponse(uRes, res);
       })
       .catch((reason: unknown) => {
-        const code = ConnectError.from(reason).code;
+        const error = ConnectError.from(reason);
         // The client went away while the response was written: nothing failed here.
-        if (code === Code.Aborted || code === Code.Canceled) return;
+        if (error.code === Code.Aborted || error.code === Code.Canceled || clientWentAway(error.cause)) return;
         options.logger.error("writing the response failed", { procedure, error: String(reason) });
       });
     return true;
