@@ -186,6 +186,22 @@ describe("one server, no tokens", () => {
     expect(answers.filter((a) => a.batchId >= 100 && a.results[0]?.recorded)).toHaveLength(50);
   });
 
+  for (const route of Object.keys(ROUTES) as Route[]) {
+    it(`reads a 2 MiB message sent in 16-byte DATA frames (${route}): each reader once held the event loop for seconds to minutes, per chunk held`, { timeout: 60_000 }, async () => {
+      const message = envelope(0, Buffer.alloc(2 * 1024 * 1024, 0xff));
+      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
+      for (let at = 0; at < message.length; at += 16) {
+        if (!call.stream.write(message.subarray(at, at + 16))) await new Promise((r) => call.stream.once("drain", r));
+        // One write a turn: each goes out in a DATA frame of its own.
+        await new Promise((r) => setImmediate(r));
+      }
+      call.stream.end();
+      const { end } = read(await call.answer);
+      expect(end.error?.code).toBe("invalid_argument");
+      expect(end.error?.message).toMatch(/^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /);
+    });
+  }
+
   const faults: [string, () => Buffer, string, RegExp][] = [
     ["a message that does not decode", () => envelope(0, Buffer.from([0xff, 0xff, 0xff, 0x0a])), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],
     ["an envelope flagged compressed without an encoding", () => envelope(0x01, Buffer.from([0x08, 0x01])), "invalid_argument", /^cannot decode message sessionstate\.v1\.AppendEventStreamRequest from binary: /],

@@ -1,7 +1,8 @@
 /**
  * One soak client process (forked by bench/soak/run.ts): for its own agent it appends
  * events (by AppendEvents calls, and through the client helper recordEvent from four
- * concurrent callers, which share batches on one AppendEventStream), reads status deltas, churns watches, holds a notice stream that acks every notice,
+ * concurrent callers, which share batches on one AppendEventStream), reads status deltas,
+ * churns watches, holds a notice stream that acks every notice,
  * and opens short-lived streams to replay pending notices — each as a closed loop, as fast
  * as the server answers — until the deadline. Then it audits: every acknowledged event
  * must be in the log, identical, and no notice may arrive twice on one stream.

@@ -36,14 +36,19 @@ function bounded(err: ConnectError): ConnectError {
 
 /**
  * The client went away mid-stream — its stream closed early, an answer was written after it
- * left, or it reset the HTTP/2 stream with an error code (Node then fails the write with
- * ERR_HTTP2_STREAM_ERROR, whatever code the client chose): nothing failed on our side
- * (CANCELED, not a fault to log).
+ * left, or it reset the HTTP/2 stream with a code a client leaves with (Node fails the write
+ * with ERR_HTTP2_STREAM_ERROR naming the code): nothing failed on our side (CANCELED, not a
+ * fault to log). The protocol-class codes (PROTOCOL_ERROR, FRAME_SIZE_ERROR, …) may mean the
+ * server sent something wrong, so they stay faults.
  */
 export function clientWentAway(err: unknown): boolean {
-  const code = (err as NodeJS.ErrnoException | undefined)?.code;
-  return code === "ERR_STREAM_PREMATURE_CLOSE" || code === "ERR_STREAM_DESTROYED" || code === "ERR_HTTP2_STREAM_ERROR";
+  const e = err as NodeJS.ErrnoException | undefined;
+  if (e?.code === "ERR_STREAM_PREMATURE_CLOSE" || e?.code === "ERR_STREAM_DESTROYED") return true;
+  return e?.code === "ERR_HTTP2_STREAM_ERROR" && LEAVING_RESET.test(e.message);
 }
+
+/** Node's message for a stream reset with a code a client leaves with. */
+const LEAVING_RESET = /NGHTTP2_(INTERNAL_ERROR|CANCEL|REFUSED_STREAM|ENHANCE_YOUR_CALM|STREAM_CLOSED)$/;
 
 /**
  * `storage` (when given) learns of every storage fault, so health and the write gate follow

@@ -105,6 +105,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     let errorBody: Uint8Array | undefined;
     let guard: RequestBodyGuard | undefined;
     stopReadingOnceAnswered(req, res);
+    endStreamsTheClientReset(req);
     res.once("close", () => {
       guard?.release();
       // A response cut off before it finished is a cancelled call, whatever its headers said so far
@@ -249,16 +250,21 @@ function limitOf(code: Code): "inflight_request_bytes" | "request_body_timeout" 
 }
 
 /**
- * Once the response is complete, refuses whatever of the request body is still coming. And
- * a stream the client reset before the response was complete is destroyed: Node keeps a
+ * A stream the client reset before the response was complete is destroyed: Node keeps a
  * stream reset with NO_ERROR until its unread body has been read and its unsent answers have
  * drained, and a handler held by backpressure does neither, so the call (its log line, the
  * in-flight gauge, the connection) would never end.
  */
+function endStreamsTheClientReset(req: NodeRequest): void {
+  if (!("stream" in req)) return;
+  const stream = req.stream;
+  stream.once("aborted", () => setImmediate(() => stream.destroyed || stream.destroy()));
+}
+
+/** Once the response is complete, refuses whatever of the request body is still coming. */
 function stopReadingOnceAnswered(req: NodeRequest, res: NodeResponse): void {
   if ("stream" in req) {
     const stream = req.stream;
-    stream.once("aborted", () => setImmediate(() => stream.destroyed || stream.destroy()));
     // "finish": everything is handed to HTTP/2. The refusal (RST_STREAM NO_ERROR, which a server
     // may send after a complete response, RFC 9113 §8.1) must not overtake the last frames, so it
     // waits until the stream's own side is closed (END_STREAM sent), or a second at most.
