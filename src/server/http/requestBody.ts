@@ -122,6 +122,10 @@ export class RequestBodyGuard {
             if (next.done) break;
             const chunk = next.value;
             const complete = guard.inspect(chunk);
+            if (complete === chunk.byteLength && held.length === 0) {
+              yield chunk; // the usual case: whole messages
+              continue;
+            }
             // Up to `complete`, the chunk ends messages; what follows belongs to one still arriving.
             if (complete > 0 || held.length === 0) {
               const whole = held.length === 0 ? chunk.subarray(0, complete) : Buffer.concat([...held, chunk.subarray(0, complete)]);
