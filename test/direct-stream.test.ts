@@ -17,6 +17,7 @@ import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { AppendEventStreamRequestSchema, AppendEventStreamResponseSchema } from "../gen/sessionstate/v1/state_pb.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
+import type { ServerOptions } from "../src/server/server.js";
 import { connectH2, rawCall, type RawAnswer } from "./support/rawHttp.js";
 import { requestMessages } from "../src/server/http/directStream.js";
 import { createLogger } from "../src/server/logger.js";
@@ -86,6 +87,20 @@ async function send(session: http2.ClientHttp2Session, route: Route, body: Buffe
   return rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route], ...headers }, body).answer;
 }
 
+/** A real server (options read when it starts) and one HTTP/2 session to it, for the enclosing describe. */
+function serverAndSession(options: () => Partial<ServerOptions> = () => ({})): { t: TestServer; session: http2.ClientHttp2Session } {
+  const handle = {} as { t: TestServer; session: http2.ClientHttp2Session };
+  beforeAll(async () => {
+    handle.t = await startTestServer(options());
+    handle.session = await connectH2(handle.t.url);
+  });
+  afterAll(async () => {
+    handle.session?.close();
+    await handle.t?.stop();
+  });
+  return handle;
+}
+
 describe("the envelope reader", () => {
   async function* chunked(bytes: Buffer, sizes: () => number): AsyncGenerator<Uint8Array> {
     for (let at = 0; at < bytes.length; ) {
@@ -125,22 +140,13 @@ describe("the envelope reader", () => {
 });
 
 describe("one server, no tokens", () => {
-  let t: TestServer;
-  let session: http2.ClientHttp2Session;
-  beforeAll(async () => {
-    // Answers compressed whatever their size where the client accepts gzip: tells the two routes apart.
-    t = await startTestServer({ compressMinBytes: 0 });
-    session = await connectH2(t.url);
-  });
-  afterAll(async () => {
-    session?.close();
-    await t?.stop();
-  });
+  // Answers compressed whatever their size where the client accepts gzip: tells the two routes apart.
+  const s = serverAndSession(() => ({ compressMinBytes: 0 }));
 
   it("serves the direct route without Connect's pipeline (its answers are never compressed), and the same request with a deadline through it", async () => {
     const body = batch({ batchId: 1n, events: [goal("agent:main:route")] });
-    const direct = await send(session, "direct", body, { "connect-accept-encoding": "gzip" });
-    const pipeline = await send(session, "pipeline", body, { "connect-accept-encoding": "gzip" });
+    const direct = await send(s.session, "direct", body, { "connect-accept-encoding": "gzip" });
+    const pipeline = await send(s.session, "pipeline", body, { "connect-accept-encoding": "gzip" });
     expect(direct.status).toBe(200);
     expect(direct.headers["content-type"]).toBe("application/connect+proto");
     expect(direct.headers["connect-content-encoding"]).toBeUndefined();
@@ -155,12 +161,12 @@ describe("one server, no tokens", () => {
       const key = `agent:main:parity-${route}`;
       const body = Buffer.concat([
         batch({ batchId: 1n, events: [goal(key, "one", "d-1"), goal(key, "two")] }),
-        batch({ batchId: 2n, events: [goal("not a session key")] }),
+        batch({ batchId: 2n, events: [goal("not a s.session key")] }),
         batch({ batchId: 3n, events: [goal(key, "one again", "d-1"), goal(key, "three")] }),
         envelope(0x02, Buffer.from("{}")),
         batch({ batchId: 4n, events: [{ ...goal(key), kind: EventKind.RUN_FAILED }] }),
       ]);
-      readings[route] = read(await send(session, route, body));
+      readings[route] = read(await send(s.session, route, body));
     }
     expect(withoutSequences(readings.direct)).toEqual(withoutSequences(readings.pipeline));
     const { answers, end } = readings.direct;
@@ -179,7 +185,7 @@ describe("one server, no tokens", () => {
     const big = batch({ batchId: 7n, events: Array.from({ length: 500 }, (_, i) => goal(key, `event ${i} ${"x".repeat(150)}`)) });
     expect(big.length).toBeGreaterThan(64 * 1024);
     const small = Array.from({ length: 50 }, (_, i) => batch({ batchId: BigInt(100 + i), events: [goal(key, `small ${i}`)] }));
-    const { answers, end } = read(await send(session, "direct", Buffer.concat([big, ...small])));
+    const { answers, end } = read(await send(s.session, "direct", Buffer.concat([big, ...small])));
     expect(end).toEqual({});
     expect(answers).toHaveLength(51);
     expect(answers.find((a) => a.batchId === 7)!.results.filter((r) => r.recorded)).toHaveLength(500);
@@ -189,7 +195,7 @@ describe("one server, no tokens", () => {
   for (const route of Object.keys(ROUTES) as Route[]) {
     it(`reads a 2 MiB message sent in 16-byte DATA frames (${route}): each reader once held the event loop for seconds to minutes, per chunk held`, { timeout: 60_000 }, async () => {
       const message = envelope(0, Buffer.alloc(2 * 1024 * 1024, 0xff));
-      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
+      const call = rawCall(s.session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
       for (let at = 0; at < message.length; at += 16) {
         if (!call.stream.write(message.subarray(at, at + 16))) await new Promise((r) => call.stream.once("drain", r));
         // One write a turn: each goes out in a DATA frame of its own.
@@ -214,7 +220,7 @@ describe("one server, no tokens", () => {
       const readings: Reading[] = [];
       for (const route of Object.keys(ROUTES) as Route[]) {
         const before = batch({ batchId: 1n, events: [goal(`agent:main:fault-${route}`)] });
-        readings.push(read(await send(session, route, Buffer.concat([before, body()]))));
+        readings.push(read(await send(s.session, route, Buffer.concat([before, body()]))));
       }
       expect(withoutSequences(readings[0])).toEqual(withoutSequences(readings[1]));
       expect(readings[0].end.error?.code ?? "ok").toBe(code);
@@ -226,22 +232,13 @@ describe("one server, no tokens", () => {
 });
 
 describe("calls that end early end on the server", () => {
-  let t: TestServer;
-  let session: http2.ClientHttp2Session;
   const logs: { msg: string; level?: string; code?: string; procedure?: string }[] = [];
   const streamCalls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/AppendEventStream");
-  beforeAll(async () => {
-    t = await startTestServer({ logger: createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) }) });
-    session = await connectH2(t.url);
-  });
-  afterAll(async () => {
-    session?.close();
-    await t?.stop();
-  });
+  const s = serverAndSession(() => ({ logger: createLogger({ level: "debug", write: (line) => logs.push(JSON.parse(line)) }) }));
 
   /** Calls of AppendEventStream in flight, from /metrics. */
   async function inFlight(): Promise<number> {
-    const text = await (await fetch(`${t.url}/metrics`)).text();
+    const text = await (await fetch(`${s.t.url}/metrics`)).text();
     const line = text.split("\n").find((l) => l.startsWith('sessionstate_rpc_in_flight{procedure="sessionstate.v1.StateService/AppendEventStream"}'));
     return Number(line?.split(" ")[1] ?? 0);
   }
@@ -254,7 +251,7 @@ describe("calls that end early end on the server", () => {
 
   it("a spelling of identity Connect does not know takes Connect's path and its refusal", async () => {
     for (const route of Object.keys(ROUTES) as Route[]) {
-      const answer = await send(session, route, batch({ batchId: 1n, events: [goal("agent:main:identity")] }), { "connect-content-encoding": "IDENTITY" });
+      const answer = await send(s.session, route, batch({ batchId: 1n, events: [goal("agent:main:identity")] }), { "connect-content-encoding": "IDENTITY" });
       expect(read(answer).end.error?.code, route).toBe("unimplemented");
     }
   });
@@ -262,7 +259,7 @@ describe("calls that end early end on the server", () => {
   for (const route of Object.keys(ROUTES) as Route[]) {
     it(`a stream answered while its client still sends is closed and logged (${route})`, async () => {
       const before = streamCalls().length;
-      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.concat([envelope(0, Buffer.from([0xff, 0xff, 0xff, 0x0a])), filler()]), false);
+      const call = rawCall(s.session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.concat([envelope(0, Buffer.from([0xff, 0xff, 0xff, 0x0a])), filler()]), false);
       expect(read(await call.answer).end.error?.code).toBe("invalid_argument");
       expect(await settles()).toBe(0);
       expect(streamCalls().slice(before).map((l) => l.code)).toEqual(["invalid_argument"]);
@@ -271,12 +268,12 @@ describe("calls that end early end on the server", () => {
     it(`a stream its client resets with INTERNAL_ERROR while answers wait unread is logged cancelled, and no internal error (${route})`, async () => {
       const before = streamCalls().length;
       const errorsBefore = logs.filter((l) => l.level === "error" || l.level === "warn").length;
-      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
+      const call = rawCall(s.session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
       call.stream.pause();
       call.stream.write(
         Buffer.concat(Array.from({ length: 300 }, (_, i) => batch({ batchId: BigInt(i + 1), events: Array.from({ length: 100 }, (_, j) => goal("agent:main:reset", "s", `r-${route}-${i}-${j}`)) }))),
       );
-      for (let i = 0; i < 100 && (await t.state.getStatus({ session: { sessionKey: "agent:main:reset" } }).catch(() => undefined)) === undefined; i++) {
+      for (let i = 0; i < 100 && (await s.t.state.getStatus({ session: { sessionKey: "agent:main:reset" } }).catch(() => undefined)) === undefined; i++) {
         await new Promise((r) => setTimeout(r, 30));
       }
       await new Promise((r) => setTimeout(r, 300));
@@ -289,14 +286,14 @@ describe("calls that end early end on the server", () => {
 
     it(`a stream its client resets with NO_ERROR while answers wait unread is closed and logged cancelled (${route})`, async () => {
       const before = streamCalls().length;
-      const call = rawCall(session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
+      const call = rawCall(s.session, PATH, { ...CONNECT_STREAM, ...ROUTES[route] }, Buffer.alloc(0), false);
       call.stream.pause();
       const batches = Array.from({ length: 300 }, (_, i) =>
         batch({ batchId: BigInt(i + 1), events: Array.from({ length: 100 }, (_, j) => goal("agent:main:unread", "s", `${route}-${i}-${j}`)) }),
       );
       call.stream.write(Buffer.concat(batches));
       // Until the server has stopped reading: its answers fill the window the client does not read.
-      for (let i = 0; i < 100 && (await t.state.getStatus({ session: { sessionKey: "agent:main:unread" } }).catch(() => undefined)) === undefined; i++) {
+      for (let i = 0; i < 100 && (await s.t.state.getStatus({ session: { sessionKey: "agent:main:unread" } }).catch(() => undefined)) === undefined; i++) {
         await new Promise((r) => setTimeout(r, 30));
       }
       await new Promise((r) => setTimeout(r, 300));
@@ -309,21 +306,12 @@ describe("calls that end early end on the server", () => {
 });
 
 describe("a request over the size limit", () => {
-  let t: TestServer;
-  let session: http2.ClientHttp2Session;
-  beforeAll(async () => {
-    t = await startTestServer({ readMaxBytes: 1024 });
-    session = await connectH2(t.url);
-  });
-  afterAll(async () => {
-    session?.close();
-    await t?.stop();
-  });
+  const s = serverAndSession(() => ({ readMaxBytes: 1024 }));
 
   it("is RESOURCE_EXHAUSTED naming --max-request-bytes on both routes", async () => {
     const big = batch({ batchId: 1n, events: Array.from({ length: 20 }, (_, i) => goal("agent:main:big", `event ${i} ${"y".repeat(100)}`)) });
     for (const route of Object.keys(ROUTES) as Route[]) {
-      const { end, answers } = read(await send(session, route, big));
+      const { end, answers } = read(await send(s.session, route, big));
       expect(answers).toEqual([]);
       expect(end.error?.code, route).toBe("resource_exhausted");
       expect(end.error?.message, route).toMatch(/^sessionstate\.v1\.AppendEventStreamRequest \(\d+ bytes\) is larger than the server accepts: --max-request-bytes 1024$/);
@@ -343,26 +331,19 @@ describe("with tokens", () => {
     ].filter((t) => names.includes(t.name)),
   });
   let tokens: TokenFile;
-  let t: TestServer;
-  let session: http2.ClientHttp2Session;
-  beforeAll(async () => {
+  const s = serverAndSession(() => {
     writeFileSync(tokenPath, JSON.stringify(tokenFile(["gw-main", "gw-other"])));
     tokens = TokenFile.load(tokenPath);
-    t = await startTestServer({ tokens });
-    session = await connectH2(t.url);
+    return { tokens };
   });
-  afterAll(async () => {
-    session?.close();
-    await t?.stop();
-    dir.remove();
-  });
+  afterAll(() => dir.remove());
 
   it("refuses a batch outside the token's agents alone, and a call without a token, on both routes alike", async () => {
     const readings: Reading[] = [];
     for (const route of Object.keys(ROUTES) as Route[]) {
       const body = Buffer.concat([batch({ batchId: 1n, events: [goal("agent:other:s")] }), batch({ batchId: 2n, events: [goal(`agent:main:auth-${route}`)] })]);
-      readings.push(read(await send(session, route, body, { authorization: `Bearer ${gateway}` })));
-      const anonymous = await send(session, route, body);
+      readings.push(read(await send(s.session, route, body, { authorization: `Bearer ${gateway}` })));
+      const anonymous = await send(s.session, route, body);
       expect(read(anonymous).end.error?.code, route).toBe("unauthenticated");
     }
     expect(withoutSequences(readings[0])).toEqual(withoutSequences(readings[1]));
@@ -372,7 +353,7 @@ describe("with tokens", () => {
   });
 
   it("ends an open direct stream when a reload drops its token", async () => {
-    const call = rawCall(session, PATH, { ...CONNECT_STREAM, authorization: `Bearer ${other}` }, batch({ batchId: 1n, events: [goal("agent:other:open")] }), false);
+    const call = rawCall(s.session, PATH, { ...CONNECT_STREAM, authorization: `Bearer ${other}` }, batch({ batchId: 1n, events: [goal("agent:other:open")] }), false);
     await call.headers;
     writeFileSync(tokenPath, JSON.stringify(tokenFile(["gw-main"])));
     tokens.reload();

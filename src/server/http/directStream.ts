@@ -27,6 +27,7 @@ import { endStreamFlag, endStreamToJson } from "@connectrpc/connect/protocol-con
 import type { UniversalServerRequest } from "@connectrpc/connect/protocol";
 import type http from "node:http";
 import type http2 from "node:http2";
+import { COMPRESSED_FLAG, ENVELOPE_HEADER } from "./requestBody.js";
 
 /** A bidi method and its implementation, as registered on the binary router. */
 export interface DirectStreamSpec {
@@ -44,7 +45,6 @@ export interface DirectStreamOptions {
 }
 
 const CONTENT_TYPE = "application/connect+proto";
-const FLAG_COMPRESSED = 0b01;
 const utf8 = new TextEncoder();
 
 /**
@@ -144,11 +144,11 @@ export async function* requestMessages(body: AsyncIterable<Uint8Array>, method: 
       if (head.length > readMaxBytes) {
         throw new ConnectError(`message size ${head.length} is larger than configured readMaxBytes ${readMaxBytes}`, Code.ResourceExhausted);
       }
-      if (bytes.size < 5 + head.length) break;
-      bytes.take(5);
+      if (bytes.size < ENVELOPE_HEADER + head.length) break;
+      bytes.take(ENVELOPE_HEADER);
       const data = bytes.take(head.length);
       // Checked in Connect's order: the compressed flag first (there is no encoding to undo).
-      if ((head.flags & FLAG_COMPRESSED) === FLAG_COMPRESSED) {
+      if ((head.flags & COMPRESSED_FLAG) === COMPRESSED_FLAG) {
         throw new ConnectError("received compressed envelope, but do not know how to decompress", Code.Internal);
       }
       // A client's end-of-stream envelope carries nothing for the server; Connect skips it too.
@@ -173,11 +173,11 @@ class ByteQueue {
     this.size += chunk.length;
   }
 
-  /** The next envelope's flags and length, once its 5-byte header is here. */
+  /** The next envelope's flags and length, once its header is here. */
   peekHead(): { flags: number; length: number } | undefined {
-    if (this.size < 5) return undefined;
+    if (this.size < ENVELOPE_HEADER) return undefined;
     const first = this.chunks[0];
-    const head = first.length >= 5 ? first : this.copyFront(5);
+    const head = first.length >= ENVELOPE_HEADER ? first : this.copyFront(ENVELOPE_HEADER);
     return { flags: head[0], length: ((head[1] << 24) >>> 0) + (head[2] << 16) + (head[3] << 8) + head[4] };
   }
 
@@ -281,10 +281,10 @@ class EnvelopeWriter {
 }
 
 function envelope(flags: number, data: Uint8Array): Uint8Array {
-  const out = new Uint8Array(5 + data.length);
+  const out = new Uint8Array(ENVELOPE_HEADER + data.length);
   out[0] = flags;
   new DataView(out.buffer).setUint32(1, data.length);
-  out.set(data, 5);
+  out.set(data, ENVELOPE_HEADER);
   return out;
 }
 

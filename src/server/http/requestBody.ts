@@ -59,8 +59,10 @@ export interface BodyShape {
   declaredLength?: number;
 }
 
-const ENVELOPE_HEADER = 5;
-const COMPRESSED_FLAG = 0b01;
+/** An enveloped message's header (the Connect and gRPC framings): flags, then a 32-bit length. */
+export const ENVELOPE_HEADER = 5;
+/** The flag of an envelope whose message is compressed. */
+export const COMPRESSED_FLAG = 0b01;
 /** Bytes of an incomplete message held back before they are handed on anyway (see wrap). */
 const HAND_ON_HELD_BYTES = 64 * 1024;
 
@@ -114,8 +116,14 @@ export class RequestBodyGuard {
     return {
       async *[Symbol.asyncIterator]() {
         const it = source[Symbol.asyncIterator]();
-        const held: Uint8Array[] = [];
+        let held: Uint8Array[] = [];
         let heldBytes = 0;
+        const handOn = () => {
+          const bytes = held.length === 1 ? held[0] : Buffer.concat(held);
+          held = [];
+          heldBytes = 0;
+          return bytes;
+        };
         try {
           for (;;) {
             const next = await guard.nextWithinDeadline(it);
@@ -127,27 +135,18 @@ export class RequestBodyGuard {
               continue;
             }
             // Up to `complete`, the chunk ends messages; what follows belongs to one still arriving.
-            if (complete > 0 || held.length === 0) {
-              const whole = held.length === 0 ? chunk.subarray(0, complete) : Buffer.concat([...held, chunk.subarray(0, complete)]);
-              held.length = 0;
-              heldBytes = 0;
-              if (whole.byteLength > 0) yield whole;
-              if (complete < chunk.byteLength) {
-                held.push(chunk.subarray(complete));
-                heldBytes += chunk.byteLength - complete;
-              }
-            } else {
-              held.push(chunk);
-              heldBytes += chunk.byteLength;
+            if (complete > 0) {
+              held.push(chunk.subarray(0, complete));
+              yield handOn();
             }
-            if (heldBytes >= HAND_ON_HELD_BYTES) {
-              yield held.length === 1 ? held[0] : Buffer.concat(held);
-              held.length = 0;
-              heldBytes = 0;
+            if (complete < chunk.byteLength) {
+              held.push(chunk.subarray(complete));
+              heldBytes += chunk.byteLength - complete;
+              if (heldBytes >= HAND_ON_HELD_BYTES) yield handOn();
             }
           }
           // An incomplete message at the end: the RPC layer reports it.
-          if (held.length > 0) yield Buffer.concat(held);
+          if (held.length > 0) yield handOn();
           guard.bodyEnded();
         } catch (err) {
           if (guard.failure) {
