@@ -87,6 +87,13 @@ const pick = <T>(items: readonly T[]): T => items[Math.floor(Math.random() * ite
 const KINDS = [EventKind.GOAL_CHANGED, EventKind.GOAL_CHANGED, EventKind.GOAL_CHANGED, EventKind.COMPACTED, EventKind.RUN_COMPLETED];
 let appended = 0;
 
+/** An event the service acknowledged at `sequence`: the audit looks for it, the status reader reads up to it. */
+function acknowledged(sequence: bigint, sessionKey: string, summary: string): void {
+  const seq = Number(sequence);
+  acked.set(seq, [sessionKey, summary]);
+  heads.set(sessionKey, Math.max(heads.get(sessionKey) ?? 0, seq));
+}
+
 async function appender(): Promise<void> {
   while (running()) {
     const batch = Math.random() < 0.8 ? 1 : 1 + Math.floor(Math.random() * 5);
@@ -97,11 +104,7 @@ async function appender(): Promise<void> {
       summary: `c${id} e${appended++}`,
     }));
     const res = await timed("append", () => state.appendEvents({ events }));
-    res?.results.forEach((r, i) => {
-      const seq = Number(r.sequence);
-      acked.set(seq, [events[i].session.sessionKey, events[i].summary]);
-      heads.set(events[i].session.sessionKey, Math.max(heads.get(events[i].session.sessionKey) ?? 0, seq));
-    });
+    res?.results.forEach((r, i) => acknowledged(r.sequence, events[i].session.sessionKey, events[i].summary));
   }
 }
 
@@ -117,11 +120,7 @@ async function recorder(): Promise<void> {
       if (r.status === "failed") throw new ConnectError(r.message, r.code);
       return r;
     });
-    if (result?.status === "recorded") {
-      const seq = Number(result.sequence);
-      acked.set(seq, [event.session.sessionKey, event.summary]);
-      heads.set(event.session.sessionKey, Math.max(heads.get(event.session.sessionKey) ?? 0, seq));
-    }
+    if (result?.status === "recorded") acknowledged(result.sequence, event.session.sessionKey, event.summary);
   }
 }
 
