@@ -61,9 +61,34 @@ export async function buildServer() {
     logLevel: "error",
     legalComments: "linked",
   });
+  writeFileSync(SERVER_BUNDLE, asciiBundle(readFileSync(SERVER_BUNDLE, "utf8")));
   writeFileSync(INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
   rmSync(CODE_CACHE, { recursive: true, force: true });
   await warmCodeCache();
+}
+
+/**
+ * The bundle in ASCII only. A source with one character above U+00FF is a two-byte string in
+ * V8: every start then decodes the file on UTF-8's slow path and hashes and keeps twice the
+ * bytes (about 20 ms of a start here, docs/performance.md "Start-up"). esbuild already escapes
+ * such characters in strings, templates and regular expressions; what it leaves is in the
+ * comments it keeps (section signs, arrows, dashes), rewritten here as \u escapes. A
+ * non-ASCII character that is not in a comment (a raw template, whose text must not change)
+ * stops the build, naming its line.
+ */
+export function asciiBundle(source) {
+  if (!/[^\x00-\x7f]/.test(source)) return source;
+  return source
+    .split("\n")
+    .map((line, i) => {
+      const first = line.search(/[^\x00-\x7f]/);
+      if (first < 0) return line;
+      const trimmed = line.trimStart();
+      const inComment = trimmed.startsWith("*") || trimmed.startsWith("/*") || line.slice(0, first).includes("//");
+      if (!inComment) throw new Error(`the server bundle has a non-ASCII character outside a comment at line ${i + 1}: ${line.trim().slice(0, 120)}`);
+      return line.replace(/[^\x00-\x7f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+    })
+    .join("\n");
 }
 
 /** Starts the artifact once, until bin/sessionstate.js has written its code cache. */
