@@ -61,7 +61,7 @@ export async function buildServer() {
     logLevel: "error",
     legalComments: "linked",
   });
-  writeFileSync(SERVER_BUNDLE, asciiBundle(readFileSync(SERVER_BUNDLE, "utf8")));
+  writeFileSync(SERVER_BUNDLE, await asciiBundleChecked(readFileSync(SERVER_BUNDLE, "utf8")));
   writeFileSync(INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
   rmSync(CODE_CACHE, { recursive: true, force: true });
   await warmCodeCache();
@@ -72,23 +72,27 @@ export async function buildServer() {
  * V8: every start then decodes the file on UTF-8's slow path and hashes and keeps twice the
  * bytes (about 20 ms of a start here, docs/performance.md "Start-up"). esbuild already escapes
  * such characters in strings, templates and regular expressions; what it leaves is in the
- * comments it keeps (section signs, arrows, dashes), rewritten here as \u escapes. A
- * non-ASCII character that is not in a comment (a raw template, whose text must not change)
- * stops the build, naming its line.
+ * comments it keeps (section signs, arrows, dashes), rewritten here as \u escapes.
  */
 export function asciiBundle(source) {
-  if (!/[^\x00-\x7f]/.test(source)) return source;
-  return source
-    .split("\n")
-    .map((line, i) => {
-      const first = line.search(/[^\x00-\x7f]/);
-      if (first < 0) return line;
-      const trimmed = line.trimStart();
-      const inComment = trimmed.startsWith("*") || trimmed.startsWith("/*") || line.slice(0, first).includes("//");
-      if (!inComment) throw new Error(`the server bundle has a non-ASCII character outside a comment at line ${i + 1}: ${line.trim().slice(0, 120)}`);
-      return line.replace(/[^\x00-\x7f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
-    })
-    .join("\n");
+  return source.replace(/[^\x00-\x7f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+}
+
+/**
+ * `asciiBundle`, proved to have changed comments only: both versions, comments dropped, must be
+ * the same code (a raw template's text cannot be escaped, so one there stops the build).
+ */
+export async function asciiBundleChecked(source) {
+  const ascii = asciiBundle(source);
+  if (ascii === source) return source;
+  const { transform } = await import("esbuild");
+  // charset utf8: nothing escaped on either side, so only a change outside comments differs.
+  const code = async (text) => (await transform(text, { loader: "js", minifyWhitespace: true, legalComments: "none", charset: "utf8" })).code;
+  if ((await code(source)) !== (await code(ascii))) {
+    const at = source.search(/[^\x00-\x7f]/);
+    throw new Error(`the server bundle has a non-ASCII character that is not only in a comment (the first non-ASCII one: ${JSON.stringify(source.slice(Math.max(0, at - 60), at + 20))})`);
+  }
+  return ascii;
 }
 
 /** Starts the artifact once, until bin/sessionstate.js has written its code cache. */
