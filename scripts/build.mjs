@@ -74,7 +74,7 @@ export async function buildServer() {
  * such characters in strings, templates and regular expressions; what it leaves is in the
  * comments it keeps (section signs, arrows, dashes), rewritten here as \u escapes.
  */
-export function asciiBundle(source) {
+function asciiBundle(source) {
   return source.replace(/[^\x00-\x7f]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
 }
 

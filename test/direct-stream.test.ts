@@ -161,7 +161,7 @@ describe("one server, no tokens", () => {
       const key = `agent:main:parity-${route}`;
       const body = Buffer.concat([
         batch({ batchId: 1n, events: [goal(key, "one", "d-1"), goal(key, "two")] }),
-        batch({ batchId: 2n, events: [goal("not a s.session key")] }),
+        batch({ batchId: 2n, events: [goal("not a session key")] }),
         batch({ batchId: 3n, events: [goal(key, "one again", "d-1"), goal(key, "three")] }),
         envelope(0x02, Buffer.from("{}")),
         batch({ batchId: 4n, events: [{ ...goal(key), kind: EventKind.RUN_FAILED }] }),
