@@ -10,8 +10,61 @@ import { LimitedStatement } from "./limited.js";
 const HEAD_COLUMNS_OF_H = HEAD_COLUMNS.split(", ").map((c) => `h.${c}`).join(", ");
 type NullableHeadRow = { [K in keyof HeadRow]: HeadRow[K] | null };
 
+/** Heads kept in memory (about 100 bytes each); beyond it the cache starts again empty. */
+export const HEAD_CACHE_CAPACITY = 4096;
+
+/** A head's own copy: the cache's entries never leave it, so nobody can change one in place. */
+const copyOf = (h: SessionHead): SessionHead => ({
+  stateVersion: h.stateVersion,
+  prunedThrough: h.prunedThrough,
+  materialThrough: h.materialThrough,
+  materialActor: h.materialActor,
+  materialOtherThrough: h.materialOtherThrough,
+});
+
+/**
+ * Heads as this connection last read or wrote them, by agent and session key (two levels:
+ * no key string is built per lookup). Every append reads its session's head and writes it
+ * back; a row only this connection writes (one serving process per file, processLock.ts) can
+ * be remembered, so long as a rolled-back write is forgotten with it (`forgetHeads`, which the
+ * storage calls on every rollback).
+ */
+class HeadCache {
+  private readonly byAgent = new Map<string, Map<string, SessionHead>>();
+  private size = 0;
+
+  get(session: SessionId): SessionHead | undefined {
+    const known = this.byAgent.get(session.agentId)?.get(session.sessionKey);
+    return known && copyOf(known);
+  }
+
+  set(session: SessionId, head: SessionHead): void {
+    let sessions = this.byAgent.get(session.agentId);
+    if (!sessions) this.byAgent.set(session.agentId, (sessions = new Map()));
+    if (!sessions.has(session.sessionKey)) {
+      // Full: start again (the heads in use come back with their next read).
+      if (this.size >= HEAD_CACHE_CAPACITY) {
+        this.clear();
+        this.byAgent.set(session.agentId, (sessions = new Map()));
+      }
+      this.size++;
+    }
+    sessions.set(session.sessionKey, copyOf(head));
+  }
+
+  delete(session: SessionId): void {
+    if (this.byAgent.get(session.agentId)?.delete(session.sessionKey)) this.size--;
+  }
+
+  clear(): void {
+    this.byAgent.clear();
+    this.size = 0;
+  }
+}
+
 export class SqliteSignalLogRows implements SignalLogRows {
   private readonly stmt;
+  private readonly heads = new HeadCache();
   constructor(db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
     const limited = (sql: string, pluck = false) => new LimitedStatement(db, sql, pluck);
@@ -50,8 +103,18 @@ export class SqliteSignalLogRows implements SignalLogRows {
   }
 
   head(session: SessionId): SessionHead | undefined {
+    const known = this.heads.get(session);
+    if (known) return known;
     const row = this.stmt.head.get(session.agentId, session.sessionKey) as HeadRow | undefined;
-    return row && headFromRow(row);
+    if (!row) return undefined;
+    const head = headFromRow(row);
+    this.heads.set(session, head);
+    return head;
+  }
+
+  /** Forgets every remembered head: a transaction rolled back (its writes are gone from the file). */
+  forgetHeads(): void {
+    this.heads.clear();
   }
 
   putHead(session: SessionId, head: SessionHead): void {
@@ -64,6 +127,7 @@ export class SqliteSignalLogRows implements SignalLogRows {
       head.materialActor,
       head.materialOtherThrough,
     );
+    this.heads.set(session, head);
   }
 
   insertEvent(draft: EventDraft, recordedAt: number): number {
@@ -116,6 +180,7 @@ export class SqliteSignalLogRows implements SignalLogRows {
   }
 
   deleteLog(session: SessionId): number {
+    this.heads.delete(session);
     const removed = this.stmt.deleteEvents.run(session.agentId, session.sessionKey).changes;
     this.stmt.deleteHead.run(session.agentId, session.sessionKey);
     return removed;

@@ -129,6 +129,7 @@ export class SqliteStorage implements Storage {
   /** One serving process per file (processLock.ts). */
   readonly sharedWithOtherProcesses = false;
   private readonly tx: Tx;
+  private readonly log: SqliteSignalLogRows;
   private readonly stmt;
   private turn: Promise<unknown> = Promise.resolve();
   private group: GroupMember[] = [];
@@ -145,8 +146,9 @@ export class SqliteStorage implements Storage {
   ) {
     this.path = options.path === undefined || options.path === ":memory:" ? db.name : resolve(options.path);
     this.description = { database: this.path, damagedAdvice: damagedFileAdvice(this.path) };
+    this.log = new SqliteSignalLogRows(db);
     this.tx = {
-      log: new SqliteSignalLogRows(db),
+      log: this.log,
       registry: new SqliteRegistryRows(db),
       cursors: new SqliteCursorRows(db),
       transcripts: new SqliteTranscriptRows(db),
@@ -242,7 +244,7 @@ export class SqliteStorage implements Storage {
         this.committed();
         return value;
       } catch (err) {
-        if (this.db.inTransaction) this.stmt.rollback.run();
+        this.rollBack();
         throw err;
       }
     });
@@ -318,7 +320,7 @@ export class SqliteStorage implements Storage {
     try {
       for (const member of members) results.push({ value: await member.unit(this.tx) });
     } catch (error) {
-      if (this.db.inTransaction) this.stmt.rollback.run();
+      this.rollBack();
       if (members.length === 1) return [{ error: asDomainError(error, this.path) }];
       return undefined;
     }
@@ -342,11 +344,12 @@ export class SqliteStorage implements Storage {
           if (!this.db.inTransaction) throw error;
           this.stmt.rollbackTo.run();
           this.stmt.release.run();
+          this.log.forgetHeads();
           results.push({ error: asDomainError(error, this.path) });
         }
       }
     } catch (err) {
-      if (this.db.inTransaction) this.stmt.rollback.run();
+      this.rollBack();
       throw err;
     }
     this.commitOrRollBack();
@@ -357,9 +360,18 @@ export class SqliteStorage implements Storage {
     try {
       this.stmt.commit.run();
     } catch (err) {
-      if (this.db.inTransaction) this.stmt.rollback.run();
+      this.rollBack();
       throw err;
     }
+  }
+
+  /**
+   * Ends a failed write: rolls back what SQLite has not already rolled back itself, and forgets
+   * the heads the rows layer remembered meanwhile (some may be the rolled-back writes).
+   */
+  private rollBack(): void {
+    this.log.forgetHeads();
+    if (this.db.inTransaction) this.stmt.rollback.run();
   }
 
   /** Counts commits; the background checkpointer starts with the first writes (checkpointer.ts). */
