@@ -6,7 +6,7 @@
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
 import { keyViolation } from "../src/core/keys.js";
-import { oneLineViolation } from "../src/core/validation.js";
+import { checkSummary, MAX_SUMMARY_CHARS, oneLineViolation } from "../src/core/validation.js";
 
 /** Each clause of the one-line rule on its own (SPEC: one-line text fields). */
 function oneLineByClause(value: string): boolean {
@@ -51,5 +51,28 @@ describe("text rules", () => {
     expect(keyViolation("agent:a:b\u00a0")).toContain("whitespace other than the plain space");
     expect(keyViolation("")).toBeUndefined();
     expect(oneLineViolation("a\tb")).toContain("control characters");
+  });
+
+  it("a summary's limit counts characters (code points), whether or not its UTF-16 length passes the limit first", () => {
+    const accepted = (summary: string) => {
+      try {
+        checkSummary("summary", summary);
+        return true;
+      } catch {
+        return false;
+      }
+    };
+    expect(accepted("x".repeat(MAX_SUMMARY_CHARS))).toBe(true);
+    expect(accepted("x".repeat(MAX_SUMMARY_CHARS + 1))).toBe(false);
+    // 280 astral characters are 560 UTF-16 units: still 280 characters.
+    expect(accepted("\u{1F600}".repeat(MAX_SUMMARY_CHARS))).toBe(true);
+    expect(accepted("\u{1F600}".repeat(MAX_SUMMARY_CHARS + 1))).toBe(false);
+    expect(accepted("x".repeat(MAX_SUMMARY_CHARS - 1) + "\u{1F600}")).toBe(true);
+    fc.assert(
+      fc.property(fc.array(fc.constantFrom("a", "é", "\u{1F600}", "\u{10FFFF}"), { maxLength: 2 * MAX_SUMMARY_CHARS }), (chars) => {
+        expect(accepted(chars.join(""))).toBe(chars.length >= 1 && chars.length <= MAX_SUMMARY_CHARS);
+      }),
+      { numRuns: 500 },
+    );
   });
 });

@@ -70,7 +70,9 @@ export const MAX_SUMMARY_CHARS = 280;
 /** The one-line summary of an event: not blank, at most 280 characters. */
 export function checkSummary(field: string, summary: string): string {
   if (summary.trim() === "") throw invalidArgument(field, "must not be empty");
-  if ([...summary].length > MAX_SUMMARY_CHARS) {
+  // Characters are code points; a string of n UTF-16 units holds at most n of them, so only a
+  // long one is counted (the count builds an array of every character).
+  if (summary.length > MAX_SUMMARY_CHARS && [...summary].length > MAX_SUMMARY_CHARS) {
     throw invalidArgument(field, `must be at most ${MAX_SUMMARY_CHARS} characters`);
   }
   return checkOneLine(field, summary, MAX_SUMMARY_CHARS * 4);
