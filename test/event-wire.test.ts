@@ -164,6 +164,28 @@ describe("notices encoded field by field", () => {
       { numRuns: 300 },
     );
   });
+
+  it("in a batch of a fan-out (shared target, text and context key, runs broken by others), are what the reflective encoder writes", () => {
+    // Strings shared as one object, as equal copies, and different ones, in any order: the
+    // encoder keeps the last bytes of each shared field and must never reuse stale ones.
+    const copy = (s: string) => [...s].join("");
+    fc.assert(
+      fc.property(notice, notice, fc.array(fc.tuple(text, fc.constantFrom("same", "copy", "other", "other-since")), { minLength: 1, maxLength: 30 }), (base, other, entries) => {
+        const notices = entries.map(([watcherKey, kind]) => {
+          if (kind === "same") return { ...base, watcherKey };
+          if (kind === "copy") return { ...base, watcherKey, targetKey: copy(base.targetKey), text: copy(base.text), contextKey: copy(base.contextKey) };
+          if (kind === "other") return { ...other, watcherKey };
+          return { ...base, watcherKey, text: `${base.text}!`, changesSince: base.changesSince === 0 ? 1 : base.changesSince - 1 };
+        });
+        const viaField = create(StreamNoticesResponseSchema);
+        viaField.$unknown = noticeBatchField(notices);
+        const typed = create(StreamNoticesResponseSchema, { message: { case: "notices", value: { notices: notices.map(noticeMessage) } } });
+        expect(toBinary(StreamNoticesResponseSchema, viaField)).toEqual(toBinary(StreamNoticesResponseSchema, typed));
+        for (const n of notices) expect(encodeNotice(n)).toEqual(toBinary(NoticeSchema, noticeMessage(n)));
+      }),
+      { numRuns: 300 },
+    );
+  });
 });
 
 describe("GetStatus over every protocol and encoding", () => {

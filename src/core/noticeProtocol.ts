@@ -41,16 +41,22 @@ export function noticeText(targetKey: string, changesSince: number): string {
 /** What a notice is made of: a pending cursor's keys and positions. */
 export type NoticeCursor = Pick<WatchCursor, "watcherKey" | "targetAgentId" | "targetKey" | "lastSeen" | "notified">;
 
-/** The notice a pending cursor stands for. */
-export function noticeFor(cursor: NoticeCursor, watcherIsChild: boolean): Notice {
+/**
+ * The notice a pending cursor stands for. `like`, a notice made just before, lends its text and
+ * context key when they are the same (same target and last seen): a fan-out makes thousands of
+ * notices that differ only in their watcher, and they then share two strings instead of
+ * building them again (and the wire encodes each shared string once, noticeWire.ts).
+ */
+export function noticeFor(cursor: NoticeCursor, watcherIsChild: boolean, like?: Notice): Notice {
+  const sameTarget = like !== undefined && like.targetKey === cursor.targetKey;
   return {
     watcherKey: cursor.watcherKey,
     targetAgentId: cursor.targetAgentId,
     targetKey: cursor.targetKey,
     changesSince: cursor.lastSeen,
     notifiedSequence: cursor.notified,
-    text: noticeText(cursor.targetKey, cursor.lastSeen),
-    contextKey: contextKeyFor(cursor.targetKey),
+    text: sameTarget && like.changesSince === cursor.lastSeen ? like.text : noticeText(cursor.targetKey, cursor.lastSeen),
+    contextKey: sameTarget ? like.contextKey : contextKeyFor(cursor.targetKey),
     wake: !watcherIsChild,
   };
 }
@@ -68,7 +74,10 @@ export async function noticesOf(tx: Tx, cursors: readonly NoticeCursor[]): Promi
   const withParent = new Set(
     (await tx.registry.sessionsWithParent(cursors.map((c) => sessionOfWatcher(c.watcherKey)))).map((s) => s.sessionKey),
   );
-  return cursors.map((c) => noticeFor(c, watcherIsChild(c.watcherKey, withParent.has(c.watcherKey))));
+  const notices: Notice[] = [];
+  let last: Notice | undefined;
+  for (const c of cursors) notices.push((last = noticeFor(c, watcherIsChild(c.watcherKey, withParent.has(c.watcherKey)), last)));
+  return notices;
 }
 
 /**

@@ -31,45 +31,84 @@ const K = {
   batchEntry: key(NoticeBatchSchema.field.notices.number, WireType.LengthDelimited),
 };
 
+/**
+ * The UTF-8 bytes of the last string given, kept while the same string comes again: a
+ * fan-out's notices share their target, text and context key (noticeProtocol.ts `noticeFor`),
+ * so those are encoded once per run of equal strings instead of once per notice.
+ */
+class RepeatedString {
+  private last: string | undefined;
+  private bytes: Buffer = Buffer.alloc(0);
+
+  of(s: string): Buffer {
+    if (s !== this.last) {
+      this.bytes = Buffer.from(s, "utf8");
+      this.last = s;
+    }
+    return this.bytes;
+  }
+}
+
+const shared = { target: new RepeatedString(), targetAgent: new RepeatedString(), text: new RepeatedString(), contextKey: new RepeatedString() };
+
 interface Sized {
   /** Bytes of the notice message itself. */
   size: number;
-  lengths: [number, number, number, number, number];
+  /** The watcher key's length in bytes (the one string notices do not share). */
+  watcherBytes: number;
+  target: Buffer;
+  targetAgent: Buffer;
+  text: Buffer;
+  contextKey: Buffer;
 }
 
+/** Bytes of a string field of `len` bytes (key, length, bytes); none when empty (proto3). */
+const stringField = (len: number) => (len > 0 ? 1 + varintSize(len) + len : 0);
+
 function sizeOf(n: Notice): Sized {
-  const lengths: Sized["lengths"] = [
-    Buffer.byteLength(n.watcherKey),
-    Buffer.byteLength(n.targetKey),
-    Buffer.byteLength(n.targetAgentId),
-    Buffer.byteLength(n.text),
-    Buffer.byteLength(n.contextKey),
-  ];
-  let size = 0;
-  for (const len of lengths) if (len > 0) size += 1 + varintSize(len) + len;
+  const sized: Sized = {
+    size: 0,
+    watcherBytes: Buffer.byteLength(n.watcherKey),
+    target: shared.target.of(n.targetKey),
+    targetAgent: shared.targetAgent.of(n.targetAgentId),
+    text: shared.text.of(n.text),
+    contextKey: shared.contextKey.of(n.contextKey),
+  };
+  let size =
+    stringField(sized.watcherBytes) +
+    stringField(sized.target.length) +
+    stringField(sized.targetAgent.length) +
+    stringField(sized.text.length) +
+    stringField(sized.contextKey.length);
   if (n.changesSince !== 0) size += 1 + varintSize(n.changesSince);
   if (n.wake) size += 2;
   if (n.notifiedSequence !== 0) size += 1 + varintSize(n.notifiedSequence);
-  return { size, lengths };
+  sized.size = size;
+  return sized;
 }
 
-function writeNotice(buf: Buffer, at: number, n: Notice, lengths: Sized["lengths"]): number {
-  const str = (k: number, s: string, len: number) => {
-    if (len === 0) return;
+function writeNotice(buf: Buffer, at: number, n: Notice, sized: Sized): number {
+  const bytes = (k: number, b: Buffer) => {
+    if (b.length === 0) return;
     buf[at++] = k;
-    at = writeVarint(buf, at, len);
-    at += buf.write(s, at, len, "utf8");
+    at = writeVarint(buf, at, b.length);
+    buf.set(b, at);
+    at += b.length;
   };
   // Proto3 as the reflective encoder writes it: defaults omitted, fields in number order.
-  str(K.watcher, n.watcherKey, lengths[0]);
-  str(K.target, n.targetKey, lengths[1]);
-  str(K.targetAgent, n.targetAgentId, lengths[2]);
+  if (sized.watcherBytes > 0) {
+    buf[at++] = K.watcher;
+    at = writeVarint(buf, at, sized.watcherBytes);
+    at += buf.write(n.watcherKey, at, sized.watcherBytes, "utf8");
+  }
+  bytes(K.target, sized.target);
+  bytes(K.targetAgent, sized.targetAgent);
   if (n.changesSince !== 0) {
     buf[at++] = K.changesSince;
     at = writeVarint(buf, at, n.changesSince);
   }
-  str(K.text, n.text, lengths[3]);
-  str(K.contextKey, n.contextKey, lengths[4]);
+  bytes(K.text, sized.text);
+  bytes(K.contextKey, sized.contextKey);
   if (n.wake) {
     buf[at++] = K.wake;
     buf[at++] = 1;
@@ -94,18 +133,18 @@ function checkSequences(n: Notice): void {
 /** Notice bytes exactly as the reflective encoder writes them. */
 export function encodeNotice(n: Notice): Uint8Array {
   checkSequences(n);
-  const { size, lengths } = sizeOf(n);
-  const buf = Buffer.allocUnsafe(size);
-  writeNotice(buf, 0, n, lengths);
+  const sized = sizeOf(n);
+  const buf = Buffer.allocUnsafe(sized.size);
+  writeNotice(buf, 0, n, sized);
   return plain(buf);
 }
 
 /** The `notice` field of a StreamNoticesResponse, as an unknown field carrying `n`'s bytes (length-prefixed). */
 export function noticeField(n: Notice): UnknownField[] {
   checkSequences(n);
-  const { size, lengths } = sizeOf(n);
-  const buf = Buffer.allocUnsafe(varintSize(size) + size);
-  writeNotice(buf, writeVarint(buf, 0, size), n, lengths);
+  const sized = sizeOf(n);
+  const buf = Buffer.allocUnsafe(varintSize(sized.size) + sized.size);
+  writeNotice(buf, writeVarint(buf, 0, sized.size), n, sized);
   return [{ no: NOTICE_FIELD, wireType: WireType.LengthDelimited, data: plain(buf) }];
 }
 
@@ -131,7 +170,7 @@ export function noticeBatchField(notices: readonly Notice[]): UnknownField[] {
   for (let i = 0; i < notices.length; i++) {
     buf[at++] = K.batchEntry;
     at = writeVarint(buf, at, sized[i].size);
-    at = writeNotice(buf, at, notices[i], sized[i].lengths);
+    at = writeNotice(buf, at, notices[i], sized[i]);
   }
   return [{ no: BATCH_FIELD, wireType: WireType.LengthDelimited, data: plain(buf) }];
 }
