@@ -43,26 +43,35 @@ export function historyGapFor(changesSince: number, prunedThrough: number, state
 
 /**
  * The heads a batch of appends touches, read once and written once at the end of the unit
- * (a 100-event call to a few sessions then writes a few heads, not 100).
+ * (a 100-event call to a few sessions then writes a few heads, not 100). Kept by agent, then
+ * session key: no key string is built for each event.
  */
 export class HeadBuffer {
-  private readonly heads = new Map<string, { session: SessionId; head: SessionHead | undefined; dirty: boolean }>();
+  private readonly heads = new Map<string, Map<string, { session: SessionId; head: SessionHead | undefined; dirty: boolean }>>();
+
+  private entriesOf(agentId: string) {
+    let entries = this.heads.get(agentId);
+    if (!entries) this.heads.set(agentId, (entries = new Map()));
+    return entries;
+  }
 
   async get(tx: Tx, session: SessionId): Promise<SessionHead | undefined> {
-    const id = sessionIdKey(session);
-    let entry = this.heads.get(id);
-    if (!entry) this.heads.set(id, (entry = { session, head: await tx.log.head(session), dirty: false }));
+    const entries = this.entriesOf(session.agentId);
+    let entry = entries.get(session.sessionKey);
+    if (!entry) entries.set(session.sessionKey, (entry = { session, head: await tx.log.head(session), dirty: false }));
     return entry.head;
   }
 
   put(session: SessionId, head: SessionHead): void {
-    this.heads.set(sessionIdKey(session), { session, head, dirty: true });
+    this.entriesOf(session.agentId).set(session.sessionKey, { session, head, dirty: true });
   }
 
   async flush(tx: Tx): Promise<void> {
-    for (const entry of this.heads.values()) {
-      if (entry.dirty && entry.head) await tx.log.putHead(entry.session, entry.head);
-      entry.dirty = false;
+    for (const entries of this.heads.values()) {
+      for (const entry of entries.values()) {
+        if (entry.dirty && entry.head) await tx.log.putHead(entry.session, entry.head);
+        entry.dirty = false;
+      }
     }
   }
 }
