@@ -22,6 +22,7 @@ import { benchScanner } from "./scanner.js";
 import { benchCatchUp } from "./catchup.js";
 import { benchPeers } from "./peers.js";
 import { benchHistory } from "./history.js";
+import { benchInstructions } from "./instructions.js";
 import { LoadClientProcess } from "./clientProcess.js";
 import { benchMessaging } from "./messaging.js";
 import { benchNotices } from "./notices.js";
@@ -93,6 +94,11 @@ const SECTIONS: Section[] = [
     name: "peers",
     description: "single events from 16 concurrent callers: NATS JetStream publish-ack and Redis XADD beside raw AppendEvents, recordEvent coalesced into calls and over AppendEventStream, and the no-op RPC",
     run: benchPeers,
+  },
+  {
+    name: "instructions",
+    description: "instructions per appended event in the core (callgrind, main thread: the same count every run) at 8 and 100 events a call, beside raw inserts of the same rows; needs valgrind",
+    run: benchInstructions,
   },
   {
     name: "history",
