@@ -14,8 +14,12 @@ import {
 } from "../rowMapping.js";
 import type { CursorKey, CursorMarks, CursorPage, CursorRows, CursorSweepStep, IdleCursor, WatcherSelector } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
+import { SessionMap } from "./sessionMap.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
+
+/** Targets remembered as having no cursor at all. */
+export const CURSORLESS_TARGETS_CAPACITY = 4096;
 
 /** Keys per UPDATE of a fan-out step's marks (a step is FANOUT_STEP = 500 watchers). */
 const MARKS_BATCH = 512;
@@ -30,6 +34,13 @@ function inListWidth(n: number): number {
 export class SqliteCursorRows implements CursorRows {
   private readonly stmt;
   private readonly saveMarks = new Map<number, Database.Statement>();
+  /**
+   * Targets this connection found without any cursor: every notify-eligible append asks for
+   * its target's idle watchers (noticeProtocol.ts), and most targets have none. Only an
+   * insert here gives a target a cursor, so it takes the target out; the storage calls
+   * `forget` on every rollback (a rolled-back delete brings cursors back).
+   */
+  private readonly cursorless = new SessionMap<true>(CURSORLESS_TARGETS_CAPACITY);
 
   constructor(private readonly db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
@@ -87,7 +98,13 @@ export class SqliteCursorRows implements CursorRows {
     return row && cursorFromRow(row);
   }
 
+  /** Forgets every target remembered as cursorless: a transaction rolled back. */
+  forget(): void {
+    this.cursorless.clear();
+  }
+
   insertCursor(cursor: WatchCursor): boolean {
+    this.cursorless.delete({ agentId: cursor.targetAgentId, sessionKey: cursor.targetKey });
     return this.stmt.insert.run({ ...cursor, watcherAgentId: watcherAgentId(cursor.watcherKey) ?? "" }).changes === 1;
   }
 
@@ -152,11 +169,18 @@ export class SqliteCursorRows implements CursorRows {
   }
 
   hasCursorOnTarget(target: SessionId): boolean {
-    return this.stmt.hasOnTarget.get(target.agentId, target.sessionKey) !== undefined;
+    if (this.cursorless.has(target)) return false;
+    const has = this.stmt.hasOnTarget.get(target.agentId, target.sessionKey) !== undefined;
+    if (!has) this.cursorless.set(target, true);
+    return has;
   }
 
   idleCursorsOnTarget(target: SessionId, afterWatcher: string, limit: number): IdleCursor[] {
-    return (this.stmt.idleOnTarget.all([target.agentId, target.sessionKey, afterWatcher], limit) as IdleCursorRow[]).map(idleCursorFromRow);
+    if (this.cursorless.has(target)) return [];
+    const rows = this.stmt.idleOnTarget.all([target.agentId, target.sessionKey, afterWatcher], limit) as IdleCursorRow[];
+    // None idle: remember the target when it has no cursor at all (asked once, not per append).
+    if (rows.length === 0 && afterWatcher === "") this.hasCursorOnTarget(target);
+    return rows.map(idleCursorFromRow);
   }
 
   pendingCursors(selector: WatcherSelector): WatchCursor[] {

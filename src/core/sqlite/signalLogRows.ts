@@ -5,15 +5,16 @@ import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
 import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
 import type { ChangesWindow, EventPlace, SignalLogRows } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
+import { SessionMap } from "./sessionMap.js";
 
 /** The head's columns of `session_heads h`, null in every column when the session has no head. */
 const HEAD_COLUMNS_OF_H = HEAD_COLUMNS.split(", ").map((c) => `h.${c}`).join(", ");
 type NullableHeadRow = { [K in keyof HeadRow]: HeadRow[K] | null };
 
-/** Heads kept in memory (about 100 bytes each); beyond it the cache starts again empty. */
+/** Sessions whose head is kept in memory (about 100 bytes each). */
 export const HEAD_CACHE_CAPACITY = 4096;
 
-/** A head's own copy: the cache's entries never leave it, so nobody can change one in place. */
+/** A head's own copy, field by field: a remembered head never leaves the cache, so nobody changes it in place. */
 const copyOf = (h: SessionHead): SessionHead => ({
   stateVersion: h.stateVersion,
   prunedThrough: h.prunedThrough,
@@ -22,49 +23,14 @@ const copyOf = (h: SessionHead): SessionHead => ({
   materialOtherThrough: h.materialOtherThrough,
 });
 
-/**
- * Heads as this connection last read or wrote them, by agent and session key (two levels:
- * no key string is built per lookup). Every append reads its session's head and writes it
- * back; a row only this connection writes (one serving process per file, processLock.ts) can
- * be remembered, so long as a rolled-back write is forgotten with it (`forgetHeads`, which the
- * storage calls on every rollback).
- */
-class HeadCache {
-  private readonly byAgent = new Map<string, Map<string, SessionHead>>();
-  private size = 0;
-
-  get(session: SessionId): SessionHead | undefined {
-    const known = this.byAgent.get(session.agentId)?.get(session.sessionKey);
-    return known && copyOf(known);
-  }
-
-  set(session: SessionId, head: SessionHead): void {
-    let sessions = this.byAgent.get(session.agentId);
-    if (!sessions) this.byAgent.set(session.agentId, (sessions = new Map()));
-    if (!sessions.has(session.sessionKey)) {
-      // Full: start again (the heads in use come back with their next read).
-      if (this.size >= HEAD_CACHE_CAPACITY) {
-        this.clear();
-        this.byAgent.set(session.agentId, (sessions = new Map()));
-      }
-      this.size++;
-    }
-    sessions.set(session.sessionKey, copyOf(head));
-  }
-
-  delete(session: SessionId): void {
-    if (this.byAgent.get(session.agentId)?.delete(session.sessionKey)) this.size--;
-  }
-
-  clear(): void {
-    this.byAgent.clear();
-    this.size = 0;
-  }
-}
-
 export class SqliteSignalLogRows implements SignalLogRows {
   private readonly stmt;
-  private readonly heads = new HeadCache();
+  /**
+   * Heads as this connection last read or wrote them. Every append reads its session's head
+   * and writes it back; the storage calls `forget` on every rollback (docs/performance.md,
+   * round 14).
+   */
+  private readonly heads = new SessionMap<SessionHead>(HEAD_CACHE_CAPACITY);
   constructor(db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
     const limited = (sql: string, pluck = false) => new LimitedStatement(db, sql, pluck);
@@ -75,6 +41,10 @@ export class SqliteSignalLogRows implements SignalLogRows {
         ON CONFLICT (agent_id, session_key) DO UPDATE SET state_version = excluded.state_version,
           pruned_through = excluded.pruned_through, material_through = excluded.material_through,
           material_actor = excluded.material_actor, material_other_through = excluded.material_other_through`),
+      // A head known to exist is updated in place: the upsert first builds and tries an insert.
+      updateHead: p(`UPDATE session_heads SET state_version = ?, pruned_through = ?, material_through = ?,
+          material_actor = ?, material_other_through = ?
+        WHERE agent_id = ? AND session_key = ?`),
       insertEvent: p(`INSERT INTO session_state_events
         (agent_id, session_key, kind, actor_type, actor_id, run_id, occurred_at, recorded_at, summary, outcome, channel, turns, dedupe_key)
         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`),
@@ -104,30 +74,43 @@ export class SqliteSignalLogRows implements SignalLogRows {
 
   head(session: SessionId): SessionHead | undefined {
     const known = this.heads.get(session);
-    if (known) return known;
+    if (known) return copyOf(known);
     const row = this.stmt.head.get(session.agentId, session.sessionKey) as HeadRow | undefined;
     if (!row) return undefined;
     const head = headFromRow(row);
-    this.heads.set(session, head);
+    this.heads.set(session, copyOf(head));
     return head;
   }
 
   /** Forgets every remembered head: a transaction rolled back (its writes are gone from the file). */
-  forgetHeads(): void {
+  forget(): void {
     this.heads.clear();
   }
 
   putHead(session: SessionId, head: SessionHead): void {
-    this.stmt.putHead.run(
-      session.agentId,
-      session.sessionKey,
-      head.stateVersion,
-      head.prunedThrough,
-      head.materialThrough,
-      head.materialActor,
-      head.materialOtherThrough,
-    );
-    this.heads.set(session, head);
+    const updated =
+      this.heads.has(session) &&
+      this.stmt.updateHead.run(
+        head.stateVersion,
+        head.prunedThrough,
+        head.materialThrough,
+        head.materialActor,
+        head.materialOtherThrough,
+        session.agentId,
+        session.sessionKey,
+      ).changes === 1;
+    if (!updated) {
+      this.stmt.putHead.run(
+        session.agentId,
+        session.sessionKey,
+        head.stateVersion,
+        head.prunedThrough,
+        head.materialThrough,
+        head.materialActor,
+        head.materialOtherThrough,
+      );
+    }
+    this.heads.set(session, copyOf(head));
   }
 
   insertEvent(draft: EventDraft, recordedAt: number): number {

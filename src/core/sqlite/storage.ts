@@ -130,6 +130,7 @@ export class SqliteStorage implements Storage {
   readonly sharedWithOtherProcesses = false;
   private readonly tx: Tx;
   private readonly log: SqliteSignalLogRows;
+  private readonly cursors: SqliteCursorRows;
   private readonly stmt;
   private turn: Promise<unknown> = Promise.resolve();
   private group: GroupMember[] = [];
@@ -147,10 +148,11 @@ export class SqliteStorage implements Storage {
     this.path = options.path === undefined || options.path === ":memory:" ? db.name : resolve(options.path);
     this.description = { database: this.path, damagedAdvice: damagedFileAdvice(this.path) };
     this.log = new SqliteSignalLogRows(db);
+    this.cursors = new SqliteCursorRows(db);
     this.tx = {
       log: this.log,
       registry: new SqliteRegistryRows(db),
-      cursors: new SqliteCursorRows(db),
+      cursors: this.cursors,
       transcripts: new SqliteTranscriptRows(db),
       settings: new SqliteSettingsRows(db),
       upstream: new SqliteUpstreamRows(db),
@@ -344,7 +346,7 @@ export class SqliteStorage implements Storage {
           if (!this.db.inTransaction) throw error;
           this.stmt.rollbackTo.run();
           this.stmt.release.run();
-          this.log.forgetHeads();
+          this.forgetRemembered();
           results.push({ error: asDomainError(error, this.path) });
         }
       }
@@ -367,11 +369,17 @@ export class SqliteStorage implements Storage {
 
   /**
    * Ends a failed write: rolls back what SQLite has not already rolled back itself, and forgets
-   * the heads the rows layer remembered meanwhile (some may be the rolled-back writes).
+   * what the rows layer remembered meanwhile (some of it may be the rolled-back writes).
    */
   private rollBack(): void {
-    this.log.forgetHeads();
+    this.forgetRemembered();
     if (this.db.inTransaction) this.stmt.rollback.run();
+  }
+
+  /** The rows layer's memory of heads and cursorless targets (signalLogRows.ts, cursorRows.ts). */
+  private forgetRemembered(): void {
+    this.log.forget();
+    this.cursors.forget();
   }
 
   /** Counts commits; the background checkpointer starts with the first writes (checkpointer.ts). */

@@ -1,14 +1,15 @@
 /**
- * The SQLite rows layer remembers session heads (signalLogRows.ts): whatever it answers must
- * be what the file holds — after a unit fails and rolls back, after one unit of a group commit
- * fails alone, when more sessions are written than it keeps, and after a session's log is
- * deleted. Each answer is checked against a second connection reading the file.
+ * The SQLite rows layer remembers session heads (signalLogRows.ts) and targets without any
+ * cursor (cursorRows.ts): whatever it answers must be what the file holds — after a unit fails
+ * and rolls back, after one unit of a group commit fails alone, when more sessions are written
+ * than it keeps, after a session's log is deleted, and once a remembered target gets a cursor.
+ * Heads are checked against a second connection reading the file.
  */
 import Database from "better-sqlite3";
 import { join } from "node:path";
 import { afterEach, describe, expect, it } from "vitest";
 import type { SessionId } from "../src/core/keys.js";
-import type { SessionHead } from "../src/core/model.js";
+import type { SessionHead, WatchCursor } from "../src/core/model.js";
 import { openSqliteStorage } from "../src/core/sqlite/database.js";
 import { HEAD_CACHE_CAPACITY } from "../src/core/sqlite/signalLogRows.js";
 import type { SqliteStorage } from "../src/core/sqlite/storage.js";
@@ -116,5 +117,45 @@ describe("SQLite head cache", () => {
     first!.stateVersion = 99;
     first!.materialActor = "agent:a:other";
     expect(await readHead(storage, s)).toEqual(head(5));
+  });
+});
+
+describe("SQLite cursorless targets", () => {
+  const target = session("target");
+  const cursor = (watcher: string): WatchCursor => ({
+    watcherKey: `agent:a:${watcher}`,
+    targetAgentId: target.agentId,
+    targetKey: target.sessionKey,
+    lastSeen: 0,
+    notified: 0,
+    material: 0,
+    provenance: "explicit",
+    updatedAt: 1,
+  });
+  const idleOnTarget = (storage: SqliteStorage) => storage.read(async (tx) => (await tx.cursors.idleCursorsOnTarget(target, "", 100)).map((c) => c.watcherKey));
+  const hasCursor = (storage: SqliteStorage) => storage.read(async (tx) => tx.cursors.hasCursorOnTarget(target));
+
+  it("gives a target remembered without cursors its first watcher at once", async () => {
+    const { storage } = open();
+    expect(await idleOnTarget(storage)).toEqual([]);
+    expect(await hasCursor(storage)).toBe(false);
+    await storage.write(async (tx) => tx.cursors.insertCursor(cursor("w1")));
+    expect(await idleOnTarget(storage)).toEqual(["agent:a:w1"]);
+    expect(await hasCursor(storage)).toBe(true);
+  });
+
+  it("forgets what a unit that failed saw: its deletes rolled back, the cursors are there again", async () => {
+    const { storage } = open();
+    await storage.write(async (tx) => tx.cursors.insertCursor(cursor("w1")));
+    await expect(
+      storage.write(async (tx) => {
+        await tx.cursors.deleteCursorsOnTarget(target);
+        expect(await tx.cursors.idleCursorsOnTarget(target, "", 100)).toEqual([]);
+        expect(await tx.cursors.hasCursorOnTarget(target)).toBe(false);
+        throw new Error("unit fails after the delete");
+      }),
+    ).rejects.toThrow("unit fails");
+    expect(await idleOnTarget(storage)).toEqual(["agent:a:w1"]);
+    expect(await hasCursor(storage)).toBe(true);
   });
 });
