@@ -16,7 +16,7 @@ import { mkdtempSync, readFileSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
-import { formatNumber, type BenchRow } from "./report.js";
+import { compared, formatNumber, type BenchRow } from "./report.js";
 import type { SectionContext } from "./section.js";
 
 const SECTION = "instructions";
@@ -90,14 +90,13 @@ export async function benchInstructions(ctx: SectionContext): Promise<BenchRow[]
   return BATCHES.map((batch) => {
     const core = perEvent("core", batch);
     const raw = perEvent("raw", batch);
-    return {
+    return compared({
       section: SECTION,
       metric: `core appendEvents (no server), ${batch} events a call over 64 sessions: thousands of instructions per event (callgrind, main thread)`,
       value: core,
       unit: "k instr/event",
       reference: { label: `raw inserts of the same rows, ${batch} a transaction`, value: raw, unit: "k instr/row" },
-      ratio: core / raw,
       digits: 1,
-    };
+    });
   });
 }

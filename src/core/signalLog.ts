@@ -4,6 +4,7 @@
  */
 import { sessionIdKey, type SessionId } from "./keys.js";
 import type { EventCache } from "./eventCache.js";
+import { SessionMap } from "./sessionMap.js";
 import { EMPTY_HEAD, NOTIFY_ELIGIBLE, type AppendOutcome, type ChangesPage, type EventDraft, type SessionHead, type SignalEvent } from "./model.js";
 import { fanOutMaterialEvent } from "./noticeProtocol.js";
 import type { EventPlace, Tx } from "./storage.js";
@@ -43,35 +44,25 @@ export function historyGapFor(changesSince: number, prunedThrough: number, state
 
 /**
  * The heads a batch of appends touches, read once and written once at the end of the unit
- * (a 100-event call to a few sessions then writes a few heads, not 100). Kept by agent, then
- * session key: no key string is built for each event.
+ * (a 100-event call to a few sessions then writes a few heads, not 100).
  */
 export class HeadBuffer {
-  private readonly heads = new Map<string, Map<string, { session: SessionId; head: SessionHead | undefined; dirty: boolean }>>();
-
-  private entriesOf(agentId: string) {
-    let entries = this.heads.get(agentId);
-    if (!entries) this.heads.set(agentId, (entries = new Map()));
-    return entries;
-  }
+  private readonly heads = new SessionMap<{ session: SessionId; head: SessionHead | undefined; dirty: boolean }>();
 
   async get(tx: Tx, session: SessionId): Promise<SessionHead | undefined> {
-    const entries = this.entriesOf(session.agentId);
-    let entry = entries.get(session.sessionKey);
-    if (!entry) entries.set(session.sessionKey, (entry = { session, head: await tx.log.head(session), dirty: false }));
+    let entry = this.heads.get(session);
+    if (!entry) this.heads.set(session, (entry = { session, head: await tx.log.head(session), dirty: false }));
     return entry.head;
   }
 
   put(session: SessionId, head: SessionHead): void {
-    this.entriesOf(session.agentId).set(session.sessionKey, { session, head, dirty: true });
+    this.heads.set(session, { session, head, dirty: true });
   }
 
   async flush(tx: Tx): Promise<void> {
-    for (const entries of this.heads.values()) {
-      for (const entry of entries.values()) {
-        if (entry.dirty && entry.head) await tx.log.putHead(entry.session, entry.head);
-        entry.dirty = false;
-      }
+    for (const entry of this.heads.values()) {
+      if (entry.dirty && entry.head) await tx.log.putHead(entry.session, entry.head);
+      entry.dirty = false;
     }
   }
 }

@@ -14,12 +14,12 @@ import {
 } from "../rowMapping.js";
 import type { CursorKey, CursorMarks, CursorPage, CursorRows, CursorSweepStep, IdleCursor, WatcherSelector } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
-import { SessionMap } from "./sessionMap.js";
+import { SessionMap } from "../sessionMap.js";
 
 const FROM = `SELECT ${CURSOR_COLUMNS} FROM session_watch_cursors`;
 
 /** Targets remembered as having no cursor at all. */
-export const CURSORLESS_TARGETS_CAPACITY = 4096;
+const CURSORLESS_TARGETS_CAPACITY = 4096;
 
 /** Keys per UPDATE of a fan-out step's marks (a step is FANOUT_STEP = 500 watchers). */
 const MARKS_BATCH = 512;

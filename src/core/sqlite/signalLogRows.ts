@@ -5,7 +5,7 @@ import type { EventDraft, SessionHead, SignalEvent } from "../model.js";
 import { EVENT_COLUMNS, HEAD_COLUMNS, eventFromRow, headFromRow, type EventRow, type HeadRow } from "../rowMapping.js";
 import type { ChangesWindow, EventPlace, SignalLogRows } from "../storage.js";
 import { LimitedStatement } from "./limited.js";
-import { SessionMap } from "./sessionMap.js";
+import { SessionMap } from "../sessionMap.js";
 
 /** The head's columns of `session_heads h`, null in every column when the session has no head. */
 const HEAD_COLUMNS_OF_H = HEAD_COLUMNS.split(", ").map((c) => `h.${c}`).join(", ");
@@ -26,9 +26,10 @@ const copyOf = (h: SessionHead): SessionHead => ({
 export class SqliteSignalLogRows implements SignalLogRows {
   private readonly stmt;
   /**
-   * Heads as this connection last read or wrote them. Every append reads its session's head
-   * and writes it back; the storage calls `forget` on every rollback (docs/performance.md,
-   * round 14).
+   * Heads as this connection last read or wrote them: every append reads its session's head
+   * and writes it back, and only this connection writes the file (processLock.ts), so a
+   * remembered head is the row. The storage calls `forget` on every rollback
+   * (docs/performance.md, round 14).
    */
   private readonly heads = new SessionMap<SessionHead>(HEAD_CACHE_CAPACITY);
   constructor(db: Database.Database) {
