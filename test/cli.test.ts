@@ -143,6 +143,14 @@ describe("mistakes on the command line exit 2 with the usage", () => {
     expect(() => serverConfig({ "notice-buffer": "0" }, {})).toThrow(/--notice-buffer: expected a whole number from 1 to 10000000, got "0"/);
   });
 
+  it("--http2-receive-window reaches the server's option and is held to the protocol's bounds", async () => {
+    const { serverConfig } = await import("../src/cli/config.js");
+    expect(serverConfig({}, {}).http2ReceiveWindowBytes).toBe(1_048_576);
+    expect(serverConfig({}, { SESSIONSTATE_HTTP2_RECEIVE_WINDOW_BYTES: "262144" }).http2ReceiveWindowBytes).toBe(262_144);
+    expect(() => serverConfig({ "http2-receive-window": "65534" }, {})).toThrow(/--http2-receive-window: expected a whole number from 65535 to 2147483647, got "65534"/);
+    expect(() => serverConfig({ "http2-receive-window": "2147483648" }, {})).toThrow(/--http2-receive-window: expected a whole number from 65535 to 2147483647/);
+  });
+
   it("a bad value from a serve variable names the variable with its flag; the flag, when given, wins and is named alone", async () => {
     const fromEnv = await sessionstate(["serve"], { SESSIONSTATE_PORT: "80a" });
     expect(fromEnv.code).toBe(2);

@@ -223,6 +223,28 @@ describe("connection limits, against a real server process", () => {
     }
   });
 
+  it("opens a 1 MiB HTTP/2 window to each client by default, for each stream and for the connection, and --http2-receive-window sets it", async () => {
+    // Read off the wire: SETTINGS_INITIAL_WINDOW_SIZE, and what the client may send on the
+    // connection once the server's WINDOW_UPDATE has arrived (RFC 9113 starts it at 65,535).
+    const windows = async (args: string[]) => {
+      const s = await server(args);
+      try {
+        const session = await connectH2(s.url);
+        const stream = session.remoteSettings.initialWindowSize;
+        await eventually(() => (session.state.remoteWindowSize ?? 0) > 65_535, 2_000);
+        const connection = session.state.remoteWindowSize;
+        session.close();
+        return { stream, connection };
+      } finally {
+        await s.stop();
+      }
+    };
+    expect(await windows([])).toEqual({ stream: 1_048_576, connection: 1_048_576 });
+    expect(await windows(["--http2-receive-window", "4194304"])).toEqual({ stream: 4_194_304, connection: 4_194_304 });
+    // The protocol's own window: no update is sent.
+    expect(await windows(["--http2-receive-window", "65535"])).toEqual({ stream: 65_535, connection: 65_535 });
+  });
+
   it("an HTTP/2 connection may open --max-streams-per-connection streams at once", async () => {
     const s = await server(["--max-streams-per-connection", "3"]);
     try {

@@ -21,6 +21,7 @@ import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
 import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
+import { DEFAULT_WINDOW_BYTES } from "../server/http/listener.js";
 import { TokenFile } from "../server/auth/tokens.js";
 import type { TlsOptions } from "../server/tls.js";
 import { readFileSync, statSync } from "node:fs";
@@ -71,6 +72,7 @@ export const SETTINGS: Setting[] = [
   { flag: "upstream-skim-budget", env: "SESSIONSTATE_UPSTREAM_SKIM_BUDGET_BYTES", description: "Bytes per local link and tick the service's own scan may pass over, by a newline search, inside transcript rows whose first bytes show they are not a human turn (0 = tokenize every byte within the 1 MiB per-tick budget)", default: String(DEFAULTS.upstreamSkimBudgetBytes) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
   { flag: "max-streams-per-connection", env: "SESSIONSTATE_MAX_STREAMS_PER_CONNECTION", description: "Streams one HTTP/2 connection may have open at once", default: String(DEFAULTS.maxStreamsPerConnection) },
+  { flag: "http2-receive-window", env: "SESSIONSTATE_HTTP2_RECEIVE_WINDOW_BYTES", description: "HTTP/2 flow-control window opened to each client, for each stream and for the whole connection: request bytes a client may send before the server has read them (65535 = the protocol's own)", default: String(DEFAULTS.http2ReceiveWindowBytes) },
   { flag: "max-inflight-request-bytes", env: "SESSIONSTATE_MAX_INFLIGHT_REQUEST_BYTES", description: "Bytes of request bodies held in flight across the server (beyond: RESOURCE_EXHAUSTED)", default: String(DEFAULTS.maxInflightRequestBytes) },
   { flag: "request-body-timeout", env: "SESSIONSTATE_REQUEST_BODY_TIMEOUT_S", description: "Seconds a request body (or one message of a stream) has to arrive whole", default: String(DEFAULTS.requestBodyTimeoutMs / 1000) },
   { flag: "max-json-depth", env: "SESSIONSTATE_MAX_JSON_DEPTH", description: "Deepest nesting of a JSON request message", default: String(DEFAULTS.maxJsonDepth) },
@@ -164,6 +166,8 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
     startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
     maxStreamsPerConnection: int("max-streams-per-connection", 1, 10_000),
+    // RFC 9113 §6.9.1: a window may not exceed 2^31 − 1, nor start below the protocol's own.
+    http2ReceiveWindowBytes: int("http2-receive-window", DEFAULT_WINDOW_BYTES, 2 ** 31 - 1),
     maxInflightRequestBytes,
     requestBodyTimeoutMs: seconds("request-body-timeout", 0.05, 3600),
     maxJsonDepth: int("max-json-depth", 8, 10_000),

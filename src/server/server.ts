@@ -110,6 +110,12 @@ export interface ServerOptions {
   upstreamSkimBudgetBytes?: number;
   /** Streams one HTTP/2 connection may have open at once (SETTINGS_MAX_CONCURRENT_STREAMS); default 100. */
   maxStreamsPerConnection?: number;
+  /**
+   * HTTP/2 flow-control window the server opens to each client, for each stream and for the
+   * whole connection: request bytes a client may send ahead of the server reading them.
+   * Default 1 MiB; the protocol's own is 64 KiB (65,535), the least allowed.
+   */
+  http2ReceiveWindowBytes?: number;
   /** Bytes of request bodies held in flight across the server; beyond it RESOURCE_EXHAUSTED. Default 64 MiB. */
   maxInflightRequestBytes?: number;
   /** A unary body, or one message of a stream, must arrive whole within this; default 30 s. */
@@ -169,6 +175,7 @@ export const DEFAULTS = {
   upstreamIntervalMs: 10_000,
   upstreamSkimBudgetBytes: DEFAULT_SKIM_BUDGET_BYTES,
   maxStreamsPerConnection: 100,
+  http2ReceiveWindowBytes: 1024 * 1024,
   maxInflightRequestBytes: 64 * 1024 * 1024,
   requestBodyTimeoutMs: 30_000,
   maxJsonDepth: 64,
@@ -317,6 +324,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     tokens: options.tokens,
     limits: {
       maxStreamsPerConnection: options.maxStreamsPerConnection ?? DEFAULTS.maxStreamsPerConnection,
+      receiveWindowBytes: options.http2ReceiveWindowBytes ?? DEFAULTS.http2ReceiveWindowBytes,
       maxInflightRequestBytes: options.maxInflightRequestBytes ?? DEFAULTS.maxInflightRequestBytes,
       requestBodyTimeoutMs: options.requestBodyTimeoutMs ?? DEFAULTS.requestBodyTimeoutMs,
       maxJsonDepth: options.maxJsonDepth ?? DEFAULTS.maxJsonDepth,

@@ -26,6 +26,8 @@ import { createRpcHandler, type BinaryRoutes } from "./rpcHandler.js";
 
 export interface FrontDoorLimits {
   maxStreamsPerConnection: number;
+  /** HTTP/2 flow-control window opened to each client, for each stream and for the connection. */
+  receiveWindowBytes: number;
   maxInflightRequestBytes: number;
   requestBodyTimeoutMs: number;
   maxJsonDepth: number;
@@ -104,6 +106,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   const connectionOptions = {
     limits: { handshakeTimeoutMs: limits.handshakeTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs },
     maxStreamsPerConnection: limits.maxStreamsPerConnection,
+    receiveWindowBytes: limits.receiveWindowBytes,
     onClosed: (reason: string) => metrics.connectionClosed(reason),
   };
   const main = await listen({

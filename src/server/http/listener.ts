@@ -11,6 +11,9 @@ import type tls from "node:tls";
 import { Connections, type ClosedBy, type ConnectionLimits } from "./connections.js";
 import { createTlsServer, type TlsOptions } from "../tls.js";
 
+/** The protocol's initial flow-control window, for a stream and for a connection (RFC 9113 §6.9.2). */
+export const DEFAULT_WINDOW_BYTES = 65_535;
+
 /** The HTTP/2 client connection preface. */
 const PREFACE = Buffer.from("PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n", "latin1");
 
@@ -27,6 +30,11 @@ export interface ListenerOptions {
   limits: ConnectionLimits;
   /** SETTINGS_MAX_CONCURRENT_STREAMS announced to every HTTP/2 client. */
   maxStreamsPerConnection: number;
+  /**
+   * HTTP/2 flow-control window the server opens to every client, in bytes: for each stream
+   * (SETTINGS_INITIAL_WINDOW_SIZE) and for the whole connection (a WINDOW_UPDATE at once).
+   */
+  receiveWindowBytes: number;
   onClosed?: (reason: ClosedBy) => void;
 }
 
@@ -44,7 +52,14 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
     if (req.httpVersionMajor === 1) connections.http1Request(req, res);
     options.handler(req, res);
   };
-  const settings = { maxConcurrentStreams: options.maxStreamsPerConnection };
+  const settings = { maxConcurrentStreams: options.maxStreamsPerConnection, initialWindowSize: options.receiveWindowBytes };
+  // The connection's window starts at the protocol's 64 KiB whatever SETTINGS say (RFC 9113
+  // §6.9.2): concurrent calls of batched events (16 × 11 KiB) would wait on the server's
+  // window updates, which it sends only between its own turns (docs/performance.md, round 15).
+  const opened = (session: http2.ServerHttp2Session) => {
+    connections.http2Session(session);
+    if (options.receiveWindowBytes > DEFAULT_WINDOW_BYTES) session.setLocalWindowSize(options.receiveWindowBytes);
+  };
   let server: net.Server;
   if (options.tls) {
     const secure = createTlsServer(handler, options.tls, { settings, handshakeTimeout: options.limits.handshakeTimeoutMs });
@@ -57,12 +72,12 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
       connections.http1Connection(socket);
       connections.awaitHandshake(socket);
     });
-    secure.on("session", (session: http2.ServerHttp2Session) => connections.http2Session(session));
+    secure.on("session", opened);
     secure.on("checkContinue", handler);
     server = secure;
   } else {
     const h2 = http2.createServer({ settings }, handler);
-    h2.on("session", (session: http2.ServerHttp2Session) => connections.http2Session(session));
+    h2.on("session", opened);
     const h1 = http.createServer(handler);
     h1.keepAliveTimeout = options.limits.idleTimeoutMs;
     // "Expect: 100-continue" is answered by the handler once the call is allowed (rpcHandler.ts).
