@@ -5,6 +5,7 @@
 import { execFileSync } from "node:child_process";
 import { readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
+import http2 from "node:http2";
 import { connect as tlsConnect } from "node:tls";
 import { Code, ConnectError, createClient } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
@@ -81,6 +82,22 @@ describe("TLS on one port", () => {
     const status = await state.getStatus({ session: { sessionKey }, changesSince: 0n });
     expect(status.stateVersion).toBe(res.results[0].stateVersion);
     expect(status.stateChanges?.events.map((e) => e.sequence)).toEqual([res.results[0].sequence]);
+  });
+
+  it("opens the same 1 MiB HTTP/2 window to a TLS client, for each stream and for the connection", async () => {
+    const session = http2.connect(t.url, { ca: cert });
+    try {
+      await new Promise<void>((resolve, reject) => {
+        session.once("remoteSettings", () => resolve());
+        session.once("error", reject);
+      });
+      expect(session.remoteSettings.initialWindowSize).toBe(1_048_576);
+      const until = Date.now() + 2_000;
+      while ((session.state.remoteWindowSize ?? 0) <= 65_535 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+      expect(session.state.remoteWindowSize).toBe(1_048_576);
+    } finally {
+      session.close();
+    }
   });
 
   it("streams notices to a Connect client over HTTP/1.1", async () => {
