@@ -15,6 +15,7 @@ import { WatchService } from "../gen/sessionstate/v1/watch_pb.js";
 import { ConfigError, serverConfig } from "../src/cli/config.js";
 import { generateSecret, hashSecret, TokenTable } from "../src/server/auth/tokens.js";
 import { startTestServer, tempDir, transportFor, type Protocol, type TestServer } from "./support/harness.js";
+import { eventually } from "./support/rawHttp.js";
 
 const dir = tempDir("sessionstate-tls-");
 let cert: Buffer;
@@ -92,8 +93,7 @@ describe("TLS on one port", () => {
         session.once("error", reject);
       });
       expect(session.remoteSettings.initialWindowSize).toBe(1_048_576);
-      const until = Date.now() + 2_000;
-      while ((session.state.remoteWindowSize ?? 0) <= 65_535 && Date.now() < until) await new Promise((r) => setTimeout(r, 10));
+      await eventually(() => session.state.remoteWindowSize === 1_048_576, 2_000);
       expect(session.state.remoteWindowSize).toBe(1_048_576);
     } finally {
       session.close();
