@@ -208,6 +208,65 @@ describe("SQLite storage", () => {
       expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 36_000 });
     });
 
+    it("restarts the log through the worker, without the serving connection's own checkpoint", async () => {
+      const path = scratch();
+      const storage = withBulkTable(openSqliteStorage({ path }));
+      cleanups.push(() => storage.close());
+      await commit(storage, STARTS_AFTER_COMMITS);
+      expect(storage.walCheckpointer).toBeDefined();
+      // No fallback: only the worker's catch-up can let the log start over.
+      storage.db.pragma("wal_autocheckpoint = 0");
+      // Commits that never pause, with the event loop turning between them as a server's
+      // requests do; about 36,000 pages of log: without the catch-up the log holds all of
+      // them (about 150 MB).
+      for (let i = 0; i < 1_200; i++) {
+        await commit(storage, 10);
+        await new Promise((r) => setImmediate(r));
+      }
+      // The log starts over once a pass of the worker reports it past LOG_RESTART_PAGES; while
+      // a slow pass runs (a loaded machine: seen 10,262 pages) it grows on.
+      const frame = (storage.db.pragma("page_size", { simple: true }) as number) + 24;
+      expect(await walPages(storage)).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES);
+      // The file keeps its largest size: the log never held a fraction of the 36,000 pages.
+      expect(statSync(`${path}-wal`).size).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
+      expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 3 * (STARTS_AFTER_COMMITS + 12_000) });
+    });
+
+    it("answers a catch-up with a pass over the whole log, and null once stopped", async () => {
+      const path = scratch();
+      const storage = withBulkTable(openSqliteStorage({ path, walCheckpoint: "inline" }));
+      cleanups.push(() => storage.close());
+      storage.db.pragma("wal_autocheckpoint = 0");
+      await commit(storage, 50);
+      const checkpointer = new BackgroundCheckpointer({ path, synchronous: 1, idleIntervalMs: 60_000, onFailure: () => {} });
+      cleanups.push(() => checkpointer.stop());
+      await commit(storage, 50);
+      const pass = await checkpointer.catchUp(10_000);
+      expect(pass).not.toBeNull();
+      expect(pass!.log).toBeGreaterThan(100);
+      expect(pass!.checkpointed).toBe(pass!.log);
+      await checkpointer.stop();
+      expect(await checkpointer.catchUp(10_000)).toBeNull();
+    });
+
+    it("looks again soon after the log restarted, not after the idle interval", async () => {
+      const path = scratch();
+      const storage = withBulkTable(openSqliteStorage({ path, walCheckpoint: "inline" }));
+      cleanups.push(() => storage.close());
+      storage.db.pragma("wal_autocheckpoint = 0");
+      await commit(storage, 20);
+      const checkpointer = new BackgroundCheckpointer({ path, synchronous: 1, idleIntervalMs: 60_000, busyIntervalMs: 10, onFailure: () => {} });
+      cleanups.push(() => checkpointer.stop());
+      await checkpointer.nextPass((p) => p.log > 0);
+      // The log starts over (what a catch-up or the fallback leads to); the worker sees it empty.
+      storage.db.pragma("wal_checkpoint(TRUNCATE)");
+      await checkpointer.nextPass((p) => p.log === 0);
+      // Writes go on: the worker must be looking again within its busy interval, not in a minute.
+      await commit(storage, 5);
+      const next = await Promise.race([checkpointer.nextPass((p) => p.log > 0), new Promise<null>((r) => setTimeout(() => r(null), 5_000))]);
+      expect(next).not.toBeNull();
+    });
+
     it("checkpoints inline when asked (--wal-checkpoint inline)", async () => {
       const storage = withBulkTable(openSqliteStorage({ path: scratch(), walCheckpoint: "inline" }));
       cleanups.push(() => storage.close());

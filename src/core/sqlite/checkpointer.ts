@@ -9,12 +9,13 @@
  *
  * The background checkpointer is a worker thread with a connection of its own that runs
  * PASSIVE checkpoints: it never takes the write lock and never waits for it, so the serving
- * connection goes on committing meanwhile. The serving connection keeps an inline
- * checkpoint as a fallback at a much larger log (FALLBACK_AUTOCHECKPOINT_PAGES): a PASSIVE
- * checkpoint copies only up to the last commit it saw, and the log restarts from its
- * beginning only once a checkpoint has caught up with it, so under writes that never pause
- * the fallback is what bounds the file; each time it runs, the worker has already copied
- * almost everything.
+ * connection goes on committing meanwhile. A PASSIVE checkpoint copies only up to the last
+ * commit it saw, and the log restarts from its beginning only once a checkpoint has caught up
+ * with it, which under writes that never pause does not happen by itself. So once the log
+ * passes LOG_RESTART_PAGES the serving connection holds its writes (not its event loop) for
+ * one pass it asks the worker for (`catchUp`), and its next write starts the log over. It
+ * keeps an inline checkpoint only as a fallback at a larger log (FALLBACK_AUTOCHECKPOINT_PAGES),
+ * for a worker that falls behind.
  *
  * Durability does not change: a commit is in the OS before COMMIT returns (as before), and a
  * checkpoint syncs the log before copying and the database before the log may restart (the
@@ -28,6 +29,15 @@ import { Worker } from "node:worker_threads";
 
 export type WalCheckpointMode = "background" | "inline";
 
+/**
+ * Log size (pages) from which the serving connection, at the next report of the worker, holds
+ * its writes for one pass of the worker that catches up with the whole log, so that the next
+ * write starts the log over (about 16 MiB). Under writes that never pause this is what keeps
+ * the log short, and what the serving thread would otherwise do itself at the fallback.
+ */
+export const LOG_RESTART_PAGES = 4_096;
+/** Longest a catch-up may hold the serving connection's writes (ms); then they go on. */
+export const CATCH_UP_TIMEOUT_MS = 1_000;
 /** The serving connection's own checkpoint while the worker runs: about 40 MiB of log. */
 export const FALLBACK_AUTOCHECKPOINT_PAGES = 10_000;
 /** SQLite's default, back in force when the worker is not running. */
@@ -45,6 +55,8 @@ export interface CheckpointerOptions {
   idleIntervalMs?: number;
   /** The worker failed or stopped on its own (the caller goes back to inline checkpoints). */
   onFailure(reason: string): void;
+  /** Every pass the worker reports (one that saw the log change). */
+  onPass?(pass: CheckpointPass): void;
 }
 
 /** What one pass saw, as `PRAGMA wal_checkpoint` reports it (pages). */
@@ -68,24 +80,36 @@ const checkpoint = db.prepare("PRAGMA wal_checkpoint(PASSIVE)");
 let timer;
 let last = { log: -1, checkpointed: -1 };
 let stopped = false;
-function pass() {
+// asked: the serving connection holds its writes until this pass answers (catchUp below).
+function pass(asked) {
   let wait = workerData.idleMs;
+  let caughtUp = null;
   try {
     const r = checkpoint.get();
-    // Frames were copied or the log moved: more may come, look again soon. A pass that saw
-    // nothing new is not reported (an idle service hears nothing from its checkpointer).
-    if (r.log !== last.log || r.checkpointed !== last.checkpointed) {
-      if (r.log > 0) wait = workerData.busyMs;
-      parentPort.postMessage({ pass: r });
-    }
+    if (asked) caughtUp = r;
+    const moved = r.log !== last.log || r.checkpointed !== last.checkpointed;
+    // Writes go on while the log moves (frames copied, or the log restarted at 0) and while
+    // another checkpoint holds the lock (log -1: the serving connection's fallback ran): look
+    // again soon. Waiting the idle interval then lets the log grow to the fallback, which the
+    // serving connection pays for (it syncs all of the log). Only a pass that finds nothing
+    // new waits long, and it is not reported (an idle service hears nothing from it).
+    if (moved || r.log < 0) wait = workerData.busyMs;
+    if (moved) parentPort.postMessage({ pass: r });
     last = r;
   } catch (err) {
-    // SQLITE_BUSY: another checkpoint is running (the serving connection's fallback); try later.
-    if (err.code !== "SQLITE_BUSY" && err.code !== "SQLITE_LOCKED") parentPort.postMessage({ error: err.code + ": " + err.message });
+    // SQLITE_BUSY: another checkpoint is running (the serving connection's fallback): soon again.
+    if (err.code === "SQLITE_BUSY" || err.code === "SQLITE_LOCKED") wait = workerData.busyMs;
+    else parentPort.postMessage({ error: err.code + ": " + err.message });
   }
-  if (!stopped) timer = setTimeout(pass, wait);
+  if (asked) parentPort.postMessage({ caughtUp });
+  if (!stopped) timer = setTimeout(pass, wait, false);
 }
 parentPort.on("message", (m) => {
+  if (m === "catch-up" && !stopped) {
+    clearTimeout(timer);
+    pass(true);
+    return;
+  }
   if (m !== "stop") return;
   stopped = true;
   clearTimeout(timer);
@@ -93,7 +117,7 @@ parentPort.on("message", (m) => {
   parentPort.postMessage({ stopped: true });
   parentPort.close();
 });
-pass();
+pass(false);
 `;
 
 /** better-sqlite3 as this module loads it: from the CommonJS bundle (require) or from source (ES module). */
@@ -107,6 +131,8 @@ export class BackgroundCheckpointer {
   private readonly passListeners = new Set<(pass: CheckpointPass) => void>();
   /** The last pass the worker reported. */
   private lastPass: CheckpointPass | undefined;
+  /** Callers of catchUp waiting for the worker's answer (null: the pass could not run). */
+  private readonly catchUpWaiters: ((pass: CheckpointPass | null) => void)[] = [];
 
   constructor(private readonly options: CheckpointerOptions) {
     const driver = resolveDriver();
@@ -124,10 +150,13 @@ export class BackgroundCheckpointer {
     });
     // The service's exit never waits for its checkpointer.
     this.worker.unref();
-    this.worker.on("message", (m: { pass?: CheckpointPass; error?: string }) => {
+    this.worker.on("message", (m: { pass?: CheckpointPass; caughtUp?: CheckpointPass | null; error?: string }) => {
       if (m.pass) {
         this.lastPass = m.pass;
+        options.onPass?.(m.pass);
         for (const listener of this.passListeners) listener(m.pass);
+      } else if (m.caughtUp !== undefined) {
+        this.catchUpWaiters.shift()?.(m.caughtUp);
       } else if (m.error) {
         this.fail(`a checkpoint failed: ${m.error}`);
       }
@@ -155,8 +184,36 @@ export class BackgroundCheckpointer {
     });
   }
 
+  /**
+   * Asks the worker for a pass now and resolves with what it saw: while the caller writes
+   * nothing meanwhile, that pass copies the whole log (checkpointed === log) and syncs the
+   * database, and the next write starts the log over from its beginning. Null when the pass
+   * could not run, the worker is gone, or it did not answer within `timeoutMs`.
+   */
+  catchUp(timeoutMs: number): Promise<CheckpointPass | null> {
+    if (this.stopping) return Promise.resolve(null);
+    return new Promise((resolve) => {
+      let settled = false;
+      const settle = (pass: CheckpointPass | null) => {
+        if (settled) return;
+        settled = true;
+        clearTimeout(timer);
+        resolve(pass);
+      };
+      // A late answer then settles nothing: the waiter stays in line, so answers keep their order.
+      const timer = setTimeout(() => settle(null), timeoutMs);
+      this.catchUpWaiters.push(settle);
+      this.worker.postMessage("catch-up");
+    });
+  }
+
+  private answerCatchUps(): void {
+    for (const settle of this.catchUpWaiters.splice(0)) settle(null);
+  }
+
   private fail(reason: string): void {
     if (this.stopping) return;
+    this.answerCatchUps();
     this.stopping = true;
     void this.worker.terminate();
     this.options.onFailure(reason);
@@ -165,6 +222,7 @@ export class BackgroundCheckpointer {
   /** Stops the worker and closes its connection (before the serving connection closes). */
   async stop(): Promise<void> {
     if (this.stopping) return;
+    this.answerCatchUps();
     this.stopping = true;
     const stopped = new Promise<void>((resolve) => {
       const done = () => resolve();

@@ -32,6 +32,8 @@ import { SqliteTranscriptRows } from "./transcriptRows.js";
 import { SqliteUpstreamRows } from "./upstreamRows.js";
 import {
   BackgroundCheckpointer,
+  CATCH_UP_TIMEOUT_MS,
+  LOG_RESTART_PAGES,
   FALLBACK_AUTOCHECKPOINT_PAGES,
   INLINE_AUTOCHECKPOINT_PAGES,
   STARTS_AFTER_COMMITS,
@@ -140,6 +142,8 @@ export class SqliteStorage implements Storage {
   private readonly path: string;
   private commits = 0;
   private checkpointer: BackgroundCheckpointer | undefined;
+  /** A catch-up of the worker is queued or running (restartLog). */
+  private restartingLog = false;
 
   constructor(
     readonly db: Database.Database,
@@ -394,6 +398,9 @@ export class SqliteStorage implements Storage {
       this.checkpointer = new BackgroundCheckpointer({
         path: this.path,
         synchronous: this.db.pragma("synchronous", { simple: true }) as number,
+        onPass: (pass) => {
+          if (pass.log >= LOG_RESTART_PAGES) this.restartLog();
+        },
         onFailure: (reason) => {
           this.checkpointer = undefined;
           if (this.db.open) this.db.pragma(`wal_autocheckpoint = ${INLINE_AUTOCHECKPOINT_PAGES}`);
@@ -406,6 +413,26 @@ export class SqliteStorage implements Storage {
       this.checkpointer = undefined;
       this.options.log?.("warn", "background WAL checkpoints could not start; the serving connection checkpoints inline", { error: String(err) });
     }
+  }
+
+  /**
+   * Lets the log start over without the serving thread checkpointing. A passive pass of the
+   * worker catches up with the whole log only if nothing commits while it runs, which under
+   * writes that never pause does not happen: then the log grew to the fallback, whose
+   * checkpoint here stopped the event loop for its fsyncs (tens of ms). Instead one turn of
+   * this connection waits, without blocking the event loop, for a pass it asked the worker
+   * for; the writes queued behind it commit after, the first of them at the log's beginning.
+   */
+  private restartLog(): void {
+    if (this.restartingLog || this.closed) return;
+    this.restartingLog = true;
+    void this.exclusive(async () => {
+      await this.checkpointer?.catchUp(CATCH_UP_TIMEOUT_MS);
+    })
+      .catch(() => undefined)
+      .finally(() => {
+        this.restartingLog = false;
+      });
   }
 
   /** The background checkpointer, once writes have started it (tests, diagnostics). */
