@@ -195,9 +195,10 @@ describe("SQLite storage", () => {
       const path = scratch();
       const storage = withBulkTable(openSqliteStorage({ path }));
       cleanups.push(() => storage.close());
-      // Back-to-back commits in microtasks: the worker's passes never find the log at rest.
-      // (About 36,000 pages of log: over three times the fallback.)
-      await commit(storage, 12_000);
+      // Back-to-back commits in microtasks: the worker's passes never find the log at rest,
+      // and its catch-ups never get a turn. (About 60,000 pages of log: over three times the
+      // fallback.)
+      await commit(storage, 20_000);
       expect(storage.walCheckpointer).toBeDefined();
       const frame = (storage.db.pragma("page_size", { simple: true }) as number) + 24;
       // The fallback may find the worker mid-pass and try again at the next commit, so the log
@@ -205,7 +206,7 @@ describe("SQLite storage", () => {
       // 41 MB fallback). Without the fallback it reaches about 200 MB.
       expect(await walPages(storage)).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES);
       expect(statSync(`${path}-wal`).size).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
-      expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 36_000 });
+      expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 60_000 });
     });
 
     it("restarts the log through the worker, without the serving connection's own checkpoint", async () => {
@@ -217,19 +218,19 @@ describe("SQLite storage", () => {
       // No fallback: only the worker's catch-up can let the log start over.
       storage.db.pragma("wal_autocheckpoint = 0");
       // Commits that never pause, with the event loop turning between them as a server's
-      // requests do; about 36,000 pages of log: without the catch-up the log holds all of
-      // them (about 150 MB).
-      for (let i = 0; i < 1_200; i++) {
+      // requests do; about 60,000 pages of log: without the catch-up the log holds all of
+      // them (about 250 MB).
+      for (let i = 0; i < 2_000; i++) {
         await commit(storage, 10);
         await new Promise((r) => setImmediate(r));
       }
       // The log starts over once a pass of the worker reports it past LOG_RESTART_PAGES; while
-      // a slow pass runs (a loaded machine: seen 10,262 pages) it grows on.
+      // a slow pass runs it grows on.
       const frame = (storage.db.pragma("page_size", { simple: true }) as number) + 24;
       expect(await walPages(storage)).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES);
-      // The file keeps its largest size: the log never held a fraction of the 36,000 pages.
+      // The file keeps its largest size: the log never held a fraction of the 60,000 pages.
       expect(statSync(`${path}-wal`).size).toBeLessThan(2 * FALLBACK_AUTOCHECKPOINT_PAGES * frame);
-      expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 3 * (STARTS_AFTER_COMMITS + 12_000) });
+      expect(storage.db.prepare("SELECT count(*) AS n FROM bulk").get()).toEqual({ n: 3 * (STARTS_AFTER_COMMITS + 20_000) });
     });
 
     it("answers a catch-up with a pass over the whole log, and null once stopped", async () => {

@@ -38,8 +38,12 @@ export type WalCheckpointMode = "background" | "inline";
 export const LOG_RESTART_PAGES = 4_096;
 /** Longest a catch-up may hold the serving connection's writes (ms); then they go on. */
 export const CATCH_UP_TIMEOUT_MS = 1_000;
-/** The serving connection's own checkpoint while the worker runs: about 40 MiB of log. */
-export const FALLBACK_AUTOCHECKPOINT_PAGES = 10_000;
+/**
+ * The serving connection's own checkpoint while the worker runs: about 64 MiB of log (the
+ * journal size limit). Far enough past LOG_RESTART_PAGES that the log written during one
+ * busy interval and one slow pass does not reach it at the rates measured here.
+ */
+export const FALLBACK_AUTOCHECKPOINT_PAGES = 16_384;
 /** SQLite's default, back in force when the worker is not running. */
 export const INLINE_AUTOCHECKPOINT_PAGES = 1_000;
 /** Commits before the worker starts. */
@@ -49,7 +53,12 @@ export interface CheckpointerOptions {
   path: string;
   /** The serving connection's `PRAGMA synchronous` (0–3): the worker's checkpoints sync alike. */
   synchronous: number;
-  /** Between passes while the log grows (ms). */
+  /**
+   * Between passes while the log grows (ms). Each pass copies every page changed since the
+   * last one, and the hottest pages (the heads, the tails of the tables and indexes) change in
+   * every commit: passes every 10 ms under continuous writes cost the worker twice the CPU of
+   * passes every 50 ms, for nothing but a shorter catch-up.
+   */
   busyIntervalMs?: number;
   /** Between passes while nothing changes (ms). */
   idleIntervalMs?: number;
@@ -142,7 +151,7 @@ export class BackgroundCheckpointer {
         driver,
         path: options.path,
         synchronous: options.synchronous,
-        busyMs: options.busyIntervalMs ?? 10,
+        busyMs: options.busyIntervalMs ?? 50,
         idleMs: options.idleIntervalMs ?? 250,
       },
       // A small heap: the worker holds one connection and a timer.
