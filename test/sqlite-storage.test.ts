@@ -163,6 +163,20 @@ describe("SQLite storage", () => {
       }
     }
 
+    /** A storage whose log only the test's own checkpointer folds back (no worker, no inline checkpoints). */
+    function checkpointedOnlyByTheTest(path: string): SqliteStorage {
+      const storage = withBulkTable(openSqliteStorage({ path, walCheckpoint: "inline" }));
+      cleanups.push(() => storage.close());
+      storage.db.pragma("wal_autocheckpoint = 0");
+      return storage;
+    }
+    /** A worker of the test's own that waits a minute when idle (so a pass soon after means it was busy). */
+    function testCheckpointer(path: string, busyIntervalMs: number): BackgroundCheckpointer {
+      const checkpointer = new BackgroundCheckpointer({ path, synchronous: 1, idleIntervalMs: 60_000, busyIntervalMs, onFailure: () => {} });
+      cleanups.push(() => checkpointer.stop());
+      return checkpointer;
+    }
+
     it("starts the worker with the first writes, leaves the serving connection only the fallback, and lets the log restart", async () => {
       const path = scratch();
       const logged: string[] = [];
@@ -235,12 +249,9 @@ describe("SQLite storage", () => {
 
     it("answers a catch-up with a pass over the whole log, and null once stopped", async () => {
       const path = scratch();
-      const storage = withBulkTable(openSqliteStorage({ path, walCheckpoint: "inline" }));
-      cleanups.push(() => storage.close());
-      storage.db.pragma("wal_autocheckpoint = 0");
+      const storage = checkpointedOnlyByTheTest(path);
       await commit(storage, 50);
-      const checkpointer = new BackgroundCheckpointer({ path, synchronous: 1, idleIntervalMs: 60_000, onFailure: () => {} });
-      cleanups.push(() => checkpointer.stop());
+      const checkpointer = testCheckpointer(path, 50);
       await commit(storage, 50);
       const pass = await checkpointer.catchUp(10_000);
       expect(pass).not.toBeNull();
@@ -252,12 +263,9 @@ describe("SQLite storage", () => {
 
     it("looks again soon after the log restarted, not after the idle interval", async () => {
       const path = scratch();
-      const storage = withBulkTable(openSqliteStorage({ path, walCheckpoint: "inline" }));
-      cleanups.push(() => storage.close());
-      storage.db.pragma("wal_autocheckpoint = 0");
+      const storage = checkpointedOnlyByTheTest(path);
       await commit(storage, 20);
-      const checkpointer = new BackgroundCheckpointer({ path, synchronous: 1, idleIntervalMs: 60_000, busyIntervalMs: 10, onFailure: () => {} });
-      cleanups.push(() => checkpointer.stop());
+      const checkpointer = testCheckpointer(path, 10);
       await checkpointer.nextPass((p) => p.log > 0);
       // The log starts over (what a catch-up or the fallback leads to); the worker sees it empty.
       storage.db.pragma("wal_checkpoint(TRUNCATE)");
