@@ -106,6 +106,8 @@ export async function freezeIdleWatchers(
   const head = known ?? (await ctx.tx.log.head(target));
   if (!head || head.materialThrough === 0) return undefined;
   const idle = await ctx.tx.cursors.idleCursorsOnTarget(target, afterWatcher, limit);
+  // Most targets have no idle watcher: nothing to group, freeze or queue.
+  if (idle.length === 0) return undefined;
   const frozen: NoticeCursor[] = [];
   // Cursors that freeze at the same marks are written together: nearly all of a step share
   // them (only the watcher that caused the newest event, or a cursor already marked higher, differ).

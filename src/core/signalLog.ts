@@ -83,13 +83,16 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
       return { sequence: earlier.sequence, stateVersion: head?.stateVersion ?? earlier.sequence, duplicate: true, recorded: true, reason: "" };
     }
   }
-  const gate = await humanTurnGate(
-    draft,
-    async () => ((await tx.registry.sessionFields(draft.session))?.parentKey ?? "") !== "",
-    async () => tx.cursors.hasCursorOnTarget(draft.session),
-  );
-  if (!gate.record) {
-    return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: gate.reason };
+  // Only a direct human turn may go unrecorded: other kinds skip the gate and its lookups.
+  if (draft.kind === "human_direct_message") {
+    const gate = await humanTurnGate(
+      draft,
+      async () => ((await tx.registry.sessionFields(draft.session))?.parentKey ?? "") !== "",
+      async () => tx.cursors.hasCursorOnTarget(draft.session),
+    );
+    if (!gate.record) {
+      return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: gate.reason };
+    }
   }
   const sequence = await tx.log.insertEvent(draft, now);
   const next: SessionHead = { ...(head ?? EMPTY_HEAD), stateVersion: Math.max(head?.stateVersion ?? 0, sequence) };
