@@ -5,7 +5,7 @@
  */
 import fc from "fast-check";
 import { describe, expect, it } from "vitest";
-import { keyViolation } from "../src/core/keys.js";
+import { agentIdOfKey, keyViolation } from "../src/core/keys.js";
 import { checkSummary, MAX_SUMMARY_CHARS, oneLineViolation } from "../src/core/validation.js";
 
 /** Each clause of the one-line rule on its own (SPEC: one-line text fields). */
@@ -29,6 +29,25 @@ const tricky = fc.constantFrom(" ", '"', "\t", "\n", "\r", "\x00", "\x7f", "\x85
 const text = fc.array(fc.oneof({ weight: 6, arbitrary: fc.integer({ min: 0x20, max: 0x7e }).map((c) => String.fromCharCode(c)) }, { weight: 1, arbitrary: tricky }), { maxLength: 24 }).map((parts) => parts.join(""));
 
 describe("text rules", () => {
+  it("reads the agent of a session key as the rule agent:<id>:<rest> says, for any string", () => {
+    // The rule as a pattern: the id up to the first colon after agent:, then at least one character.
+    const byPattern = (key: string) => {
+      const m = /^agent:([^:]+):(.+)$/s.exec(key);
+      return m && /^[A-Za-z0-9_.-]{1,64}$/.test(m[1]) ? m[1] : undefined;
+    };
+    const part = fc.stringMatching(/^[A-Za-z0-9_.:\n -]{0,70}$/);
+    const keys = fc.oneof(fc.string(), part, part.map((s) => `agent:${s}`), fc.tuple(part, part).map(([a, b]) => `agent:${a}:${b}`));
+    fc.assert(
+      fc.property(keys, (key) => {
+        expect(agentIdOfKey(key)).toBe(byPattern(key));
+      }),
+      { numRuns: 2_000 },
+    );
+    for (const key of ["agent:main:main", "agent::x", "agent:a:", "agent:a::", "agent:a:\n", "Agent:a:b", "agent:" + "a".repeat(65) + ":x", "agent:a.b-c_1:x:y"]) {
+      expect(agentIdOfKey(key)).toBe(byPattern(key));
+    }
+  });
+
   it("oneLineViolation answers as the clauses do, for ASCII and for anything else", () => {
     fc.assert(
       fc.property(fc.oneof(text, fc.string({ unit: "binary" })), (value) => {
