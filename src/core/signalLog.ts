@@ -19,18 +19,14 @@ export function clampOccurredAt(occurredAt: number | undefined, now: number): nu
 }
 
 /**
- * A direct human turn is recorded only when somebody could care: the session has a parent,
- * or it is watched (by a cursor or by a watcher the producer names).
+ * Whether a direct human turn is recorded: only when somebody could care — the session has a
+ * parent, or it is watched (by a cursor or by a watcher the producer names). Asked for that kind
+ * alone; every other kind is always recorded and costs no lookup.
  */
-export async function humanTurnGate(
-  draft: EventDraft,
-  hasParent: () => Promise<boolean>,
-  hasCursorWatchers: () => Promise<boolean>,
-): Promise<{ record: true } | { record: false; reason: string }> {
-  // The lookups are thunks: most appends are not human turns and need neither.
-  if (draft.kind !== "human_direct_message") return { record: true };
-  if (draft.watcherKeys.length > 0 || (await hasParent()) || (await hasCursorWatchers())) return { record: true };
-  return { record: false, reason: "human_direct_message on a session with no parent and no watcher" };
+async function somebodyCouldCare(tx: Tx, draft: EventDraft): Promise<boolean> {
+  if (draft.watcherKeys.length > 0) return true;
+  if (((await tx.registry.sessionFields(draft.session))?.parentKey ?? "") !== "") return true;
+  return tx.cursors.hasCursorOnTarget(draft.session);
 }
 
 /**
@@ -83,16 +79,9 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
       return { sequence: earlier.sequence, stateVersion: head?.stateVersion ?? earlier.sequence, duplicate: true, recorded: true, reason: "" };
     }
   }
-  // Only a direct human turn may go unrecorded: other kinds skip the gate and its lookups.
-  if (draft.kind === "human_direct_message") {
-    const gate = await humanTurnGate(
-      draft,
-      async () => ((await tx.registry.sessionFields(draft.session))?.parentKey ?? "") !== "",
-      async () => tx.cursors.hasCursorOnTarget(draft.session),
-    );
-    if (!gate.record) {
-      return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: gate.reason };
-    }
+  // Only a direct human turn may go unrecorded (SPEC §2.1: events of sessions somebody watches).
+  if (draft.kind === "human_direct_message" && !(await somebodyCouldCare(tx, draft))) {
+    return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: "human_direct_message on a session with no parent and no watcher" };
   }
   const sequence = await tx.log.insertEvent(draft, now);
   const next: SessionHead = { ...(head ?? EMPTY_HEAD), stateVersion: Math.max(head?.stateVersion ?? 0, sequence) };

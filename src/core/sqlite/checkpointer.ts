@@ -196,8 +196,9 @@ export class BackgroundCheckpointer {
   /**
    * Asks the worker for a pass now and resolves with what it saw: while the caller writes
    * nothing meanwhile, that pass copies the whole log (checkpointed === log) and syncs the
-   * database, and the next write starts the log over from its beginning. Null when the pass
-   * could not run, the worker is gone, or it did not answer within `timeoutMs`.
+   * database, and the next write starts the log over from its beginning (`log` -1 when another
+   * checkpoint held the lock). Null when the pass failed, the worker is gone, or it did not
+   * answer within `timeoutMs`.
    */
   catchUp(timeoutMs: number): Promise<CheckpointPass | null> {
     if (this.stopping) return Promise.resolve(null);
