@@ -44,6 +44,12 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
   const SESSION = `agent:main:backpressure-${protocol}`;
   let t: TestServer;
   const logs: Record<string, unknown>[] = [];
+  /** The log lines of this server's AppendEventStream calls, one per call once it has ended. */
+  const calls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/AppendEventStream");
+  /** Waits (3 s at most) until `count` calls have been logged. */
+  const logged = async (count: number) => {
+    for (let i = 0; i < 100 && calls().length < count; i++) await new Promise((resolve) => setTimeout(resolve, 30));
+  };
 
   // A server of its own: the head of SESSION counts its events only while nothing else appends.
   beforeAll(async () => {
@@ -105,13 +111,16 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
       await answers;
       expect(answered).toBe(BATCHES);
       expect(await appended(t, SESSION)).toBe(BATCHES);
+      // The call's own line, before the next test counts lines of its own: the answers all
+      // arrived, so it ended OK.
+      await logged(1);
+      expect(calls().map((l) => l.code)).toEqual(["ok"]);
     } finally {
       session.close();
     }
   });
 
   it("a client that leaves while its answers are unread is a cancelled call, not an internal error", { timeout: 60_000 }, async () => {
-    const calls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/AppendEventStream");
     const before = calls().length;
     for (let round = 0; round < 4; round++) {
       const session = await connectH2(t.url);
@@ -132,8 +141,24 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
       }
       session.destroy();
     }
-    for (let i = 0; i < 100 && calls().length < before + 4; i++) await new Promise((resolve) => setTimeout(resolve, 30));
+    await logged(before + 4);
     expect(logs.filter((l) => l.msg === "internal error")).toEqual([]);
     expect(calls().slice(before).map((l) => l.code)).toEqual(["canceled", "canceled", "canceled", "canceled"]);
+  });
+
+  it("a client that leaves while the service waits for its next batch is a cancelled call, not an OK one", { timeout: 60_000 }, async () => {
+    const before = calls().length;
+    const session = await connectH2(t.url);
+    const stream = session.request({ ":method": "POST", ":path": "/sessionstate.v1.StateService/AppendEventStream", ...headers });
+    stream.on("error", () => {});
+    // One batch, its answer read: the service then waits for the next batch.
+    const answered = new Promise<void>((resolve) => stream.once("data", () => resolve()));
+    stream.write(frame(1, SESSION));
+    await answered;
+    // Node ends the request body of a stream whose client left as if the client had ended it,
+    // so the service's side ends normally; its answer never reaches anyone.
+    session.destroy();
+    await logged(before + 1);
+    expect(calls().slice(before).map((l) => l.code)).toEqual(["canceled"]);
   });
 });

@@ -3,15 +3,18 @@
  * front-door figures; /healthz and /readyz; who may read /metrics with a token file, or its
  * own listener; the per-RPC log line.
  */
+import http2 from "node:http2";
+import { create, toBinary } from "@bufbuild/protobuf";
 import { Code, createClient } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { UpstreamKind, UpstreamService } from "../gen/sessionstate/v1/upstream_pb.js";
+import { GetStatusRequestSchema } from "../gen/sessionstate/v1/state_pb.js";
 import { createLogger } from "../src/server/logger.js";
 import { CallLog } from "../src/server/http/callLog.js";
 import { generateSecret, hashSecret, TokenTable } from "../src/server/auth/tokens.js";
 import { humanWrites, spawnChild, upsertMain } from "./support/clientScenario.js";
 import { clientsFor, startTestServer, transportFor, type TestServer } from "./support/harness.js";
-import { connectH2, rawCall } from "./support/rawHttp.js";
+import { connectH2, eventually, rawCall } from "./support/rawHttp.js";
 
 const SECRET = { admin: generateSecret(), reader: generateSecret(), gateway: generateSecret(), node: generateSecret() };
 const tokens = new TokenTable([
@@ -244,5 +247,31 @@ describe("the per-RPC log line", () => {
       ["warn", "internal"],
       ["debug", "invalid_argument"],
     ]);
+  });
+
+  it("is canceled for a call whose answer the client reset before it was complete, though the handler was done", async () => {
+    // A window of 0: the answer's headers go out (the handler is done), its body cannot.
+    const session = http2.connect(t.url, { settings: { initialWindowSize: 0 } });
+    session.on("error", () => {});
+    const before = logs.length;
+    try {
+      const stream = session.request({
+        ":method": "POST",
+        ":path": "/sessionstate.v1.StateService/GetStatus",
+        "content-type": "application/proto",
+        "connect-protocol-version": "1",
+        authorization: `Bearer ${SECRET.admin}`,
+      });
+      stream.on("error", () => {});
+      stream.end(toBinary(GetStatusRequestSchema, create(GetStatusRequestSchema, { session: { sessionKey: "agent:main:main" } })));
+      const headers = await new Promise<http2.IncomingHttpHeaders>((resolve) => stream.once("response", resolve));
+      expect(headers[":status"]).toBe(200);
+      stream.close(http2.constants.NGHTTP2_CANCEL);
+      const line = () => logs.slice(before).find((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/GetStatus");
+      expect(await eventually(() => line() !== undefined, 3000)).toBe(true);
+      expect(line()).toMatchObject({ code: "canceled", token: "ops" });
+    } finally {
+      session.destroy();
+    }
   });
 });

@@ -109,8 +109,15 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     res.once("close", () => {
       guard?.release();
       // A response cut off before it finished is a cancelled call, whatever its headers said so far
-      // (gRPC's trailers start at status 0 and are only final at the end).
-      const code = record.code ?? (res.writableFinished ? ((response && codeOfResponse(response, errorBody)) ?? OK) : Code.Canceled);
+      // (gRPC's trailers start at status 0 and are only final at the end) and even if the handler
+      // was done: the client never heard that it succeeded. Over HTTP/2 that includes a stream the
+      // client reset before the server's side ended, which Node then reports finished anyway.
+      const cutOff = !res.writableFinished || ("stream" in req && req.aborted);
+      const code = !cutOff
+        ? (record.code ?? (response && codeOfResponse(response, errorBody)) ?? OK)
+        : record.code === undefined || record.code === OK
+          ? Code.Canceled
+          : record.code;
       options.calls.ended(record, code);
     });
 
