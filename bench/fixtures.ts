@@ -85,24 +85,29 @@ export interface Sample {
   detail: string;
 }
 
-/** Short window of the discarded warm-up round. */
+/** Window of the discarded warm-up round, unless a section asks for longer. */
 const WARM_UP_WINDOW_MS = 500;
 
 /**
  * Runs every step once per round and returns each step's samples. Interleaving references
  * with the product spreads background load over both alike; every other round runs the
- * steps in reverse, so no step always goes first. A short warm-up round (JIT, connections,
- * page cache) comes first and is discarded. Each step gets the length of its window.
+ * steps in reverse, so no step always goes first. A warm-up round (JIT, connections, page
+ * cache) comes first and is discarded, its figures logged; `warmUpWindowMs` lengthens it for
+ * a section whose goal is a sustained rate. Each step gets the length of its window.
  */
 export async function interleave<K extends string>(
   rounds: number,
   windowMs: number,
   steps: Record<K, (windowMs: number) => Promise<Sample>>,
   log: (line: string) => void,
+  warmUpWindowMs = Math.min(windowMs, WARM_UP_WINDOW_MS),
 ): Promise<Record<K, Sample[]>> {
   const names = Object.keys(steps) as K[];
   const samples = Object.fromEntries(names.map((k) => [k, [] as Sample[]])) as Record<K, Sample[]>;
-  for (const name of names) await steps[name](Math.min(windowMs, WARM_UP_WINDOW_MS));
+  for (const name of names) {
+    const sample = await steps[name](warmUpWindowMs);
+    log(`warm-up ${name} (${warmUpWindowMs} ms, discarded): ${sample.detail}`);
+  }
   for (let round = 1; round <= rounds; round++) {
     for (const name of round % 2 === 1 ? names : [...names].reverse()) {
       const sample = await steps[name](windowMs);

@@ -31,6 +31,14 @@ const ACTOR = "agent:bench:producer";
 
 const START_HINT = "(start it with the command in docs/performance.md#peers)";
 
+/**
+ * The discarded warm-up round of this section, per step: the goal is a rate a Gateway
+ * sustains, and a fresh process records over the stream at half its steady rate for its first
+ * seconds (the JIT of the service and of the client; docs/performance.md, rounds 16 and 17),
+ * as JetStream's client also climbs. Every step, peers included, warms this long.
+ */
+const SUSTAINED_WARM_UP_MS = 5_000;
+
 interface Peer {
   name: string;
   address: string;
@@ -100,7 +108,7 @@ export async function benchPeers(ctx: SectionContext): Promise<BenchRow[]> {
       "recordEvent stream": (ms) => load(product.server.url, "record-stream", ms),
     };
     for (const peer of available) steps[peer.name] = (ms) => load(`http://${peer.address}`, peer.call, ms, peer.address);
-    const samples = await interleave(ctx.rounds, ctx.durationMs, steps, ctx.log);
+    const samples = await interleave(ctx.rounds, ctx.durationMs, steps, ctx.log, ctx.quick ? undefined : SUSTAINED_WARM_UP_MS);
     const m = (k: string) => medianValue(samples[k]!);
     const callers = `${ctx.concurrency} concurrent callers`;
     const rows: BenchRow[] = [];
