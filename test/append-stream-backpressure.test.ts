@@ -16,6 +16,7 @@ import { connectH2 } from "./support/rawHttp.js";
 import { createLogger } from "../src/server/logger.js";
 
 const BATCHES = 20_000;
+const PROCEDURE = "sessionstate.v1.StateService/AppendEventStream";
 
 const PROTOCOLS = {
   grpc: { "content-type": "application/grpc", te: "trailers" },
@@ -44,8 +45,14 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
   const SESSION = `agent:main:backpressure-${protocol}`;
   let t: TestServer;
   const logs: Record<string, unknown>[] = [];
+  /** An AppendEventStream call on `session` (its errors are the test's to look at, not thrown). */
+  const openStream = (session: http2.ClientHttp2Session) => {
+    const stream = session.request({ ":method": "POST", ":path": `/${PROCEDURE}`, ...headers });
+    stream.on("error", () => {});
+    return stream;
+  };
   /** The log lines of this server's AppendEventStream calls, one per call once it has ended. */
-  const calls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === "sessionstate.v1.StateService/AppendEventStream");
+  const calls = () => logs.filter((l) => l.msg === "rpc" && l.procedure === PROCEDURE);
   /** Waits (3 s at most) until `count` calls have been logged. */
   const logged = async (count: number) => {
     for (let i = 0; i < 100 && calls().length < count; i++) await new Promise((resolve) => setTimeout(resolve, 30));
@@ -59,8 +66,7 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
   it("a client that never reads its answers has no more batches read than flow control and the bound allow; reading again, every batch is answered", { timeout: 60_000 }, async () => {
     const session: http2.ClientHttp2Session = await connectH2(t.url);
     try {
-      const stream = session.request({ ":method": "POST", ":path": "/sessionstate.v1.StateService/AppendEventStream", ...headers });
-      stream.on("error", () => {});
+      const stream = openStream(session);
       stream.pause(); // never read the answers
 
       // Write as fast as the server takes them; stop when a write has waited 1 s for room.
@@ -124,8 +130,7 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
     const before = calls().length;
     for (let round = 0; round < 4; round++) {
       const session = await connectH2(t.url);
-      const stream = session.request({ ":method": "POST", ":path": "/sessionstate.v1.StateService/AppendEventStream", ...headers });
-      stream.on("error", () => {});
+      const stream = openStream(session);
       stream.pause();
       // Until the server stops reading: its writer then holds answers the client does not take.
       for (let i = 1, stalled = false; !stalled && !stream.destroyed; i++) {
@@ -149,8 +154,7 @@ for (const [protocol, headers] of Object.entries(PROTOCOLS)) describe(`over ${pr
   it("a client that leaves while the service waits for its next batch is a cancelled call, not an OK one", { timeout: 60_000 }, async () => {
     const before = calls().length;
     const session = await connectH2(t.url);
-    const stream = session.request({ ":method": "POST", ":path": "/sessionstate.v1.StateService/AppendEventStream", ...headers });
-    stream.on("error", () => {});
+    const stream = openStream(session);
     // One batch, its answer read: the service then waits for the next batch.
     const answered = new Promise<void>((resolve) => stream.once("data", () => resolve()));
     stream.write(frame(1, SESSION));

@@ -112,12 +112,10 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
       // (gRPC's trailers start at status 0 and are only final at the end) and even if the handler
       // was done: the client never heard that it succeeded. Over HTTP/2 that includes a stream the
       // client reset before the server's side ended, which Node then reports finished anyway.
+      // A refusal keeps its code either way.
       const cutOff = !res.writableFinished || ("stream" in req && req.aborted);
-      const code = !cutOff
-        ? (record.code ?? (response && codeOfResponse(response, errorBody)) ?? OK)
-        : record.code === undefined || record.code === OK
-          ? Code.Canceled
-          : record.code;
+      const ended = record.code ?? (cutOff ? undefined : response && codeOfResponse(response, errorBody)) ?? OK;
+      const code = cutOff && ended === OK ? Code.Canceled : ended;
       options.calls.ended(record, code);
     });
 
