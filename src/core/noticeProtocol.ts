@@ -20,7 +20,7 @@
 import { contextKeyFor, isNestedSessionKey, sessionIdKey, watcherAgentId, type SessionId } from "./keys.js";
 import { type Notice, type SessionHead, type WatchCursor } from "./model.js";
 import type { NoticeSlice } from "./noticeWakeups.js";
-import type { CursorMarks, Tx, WatcherSelector } from "./storage.js";
+import { isPromise, type Awaitable, type CursorMarks, type IdleCursor, type Tx, type WatcherSelector } from "./storage.js";
 import type { WriteContext, WatchableStore } from "./watchableStore.js";
 
 /** Idle watchers frozen inside the appending transaction; the rest follow in steps of FANOUT_STEP. */
@@ -105,7 +105,11 @@ export async function freezeIdleWatchers(
 ): Promise<string | undefined> {
   const head = known ?? (await ctx.tx.log.head(target));
   if (!head || head.materialThrough === 0) return undefined;
-  const idle = await ctx.tx.cursors.idleCursorsOnTarget(target, afterWatcher, limit);
+  return freezeCursors(ctx, target, head, await ctx.tx.cursors.idleCursorsOnTarget(target, afterWatcher, limit), limit);
+}
+
+/** Freezes these idle cursors of `target` (at most `limit`, read in watcher order) where they are behind its head's mark. */
+async function freezeCursors(ctx: WriteContext, target: SessionId, head: SessionHead, idle: readonly IdleCursor[], limit: number): Promise<string | undefined> {
   // Most targets have no idle watcher: nothing to group, freeze or queue.
   if (idle.length === 0) return undefined;
   const frozen: NoticeCursor[] = [];
@@ -129,9 +133,20 @@ export async function freezeIdleWatchers(
   return idle.length === limit ? idle[idle.length - 1].watcherKey : undefined;
 }
 
-/** After a notify-eligible append: the first FANOUT_INLINE idle watchers now, the rest after commit. */
-export async function fanOutMaterialEvent(ctx: WriteContext, target: SessionId, head: SessionHead): Promise<void> {
-  const resume = await freezeIdleWatchers(ctx, target, "", FANOUT_INLINE, head);
+/**
+ * After a notify-eligible append: the first FANOUT_INLINE idle watchers now, the rest after
+ * commit. Nearly every append finds no idle watcher; with the embedded backend that answer
+ * comes without a promise, and the append goes on without awaiting anything.
+ */
+export function fanOutMaterialEvent(ctx: WriteContext, target: SessionId, head: SessionHead): Awaitable<void> {
+  if (head.materialThrough === 0) return;
+  const idle = ctx.tx.cursors.idleCursorsOnTarget(target, "", FANOUT_INLINE);
+  if (isPromise(idle)) return idle.then((cursors) => freezeFirstStep(ctx, target, head, cursors));
+  if (idle.length > 0) return freezeFirstStep(ctx, target, head, idle);
+}
+
+async function freezeFirstStep(ctx: WriteContext, target: SessionId, head: SessionHead, idle: readonly IdleCursor[]): Promise<void> {
+  const resume = await freezeCursors(ctx, target, head, idle, FANOUT_INLINE);
   if (resume !== undefined) ctx.continueFanOut(target, resume);
 }
 

@@ -81,6 +81,45 @@ export type { SpawnOutcome } from "./registry.js";
 export type { PruneReport, RetentionPolicy } from "./signalLog.js";
 
 export const MAX_BATCH_EVENTS = 500;
+
+/** The names an append's errors give the fields of `events[i]`. */
+interface EventFields {
+  session: { key: string; agent: string };
+  summary: string;
+  actorId: string;
+  runId: string;
+  dedupeKey: string;
+  watcherSessionKeys: string;
+  outcome: string;
+  channel: string;
+  turns: string;
+}
+
+/**
+ * Made once per index and kept (at most MAX_BATCH_EVENTS): building the names for every
+ * event, though an error needs them only once, was a tenth of what an append allocated
+ * (docs/performance.md, round 18).
+ */
+const eventFieldsByIndex: EventFields[] = [];
+
+function eventFields(i: number): EventFields {
+  let fields = eventFieldsByIndex[i];
+  if (fields === undefined) {
+    const at = `events[${i}]`;
+    eventFieldsByIndex[i] = fields = {
+      session: { key: `${at}.session.session_key`, agent: `${at}.session.agent_id` },
+      summary: `${at}.summary`,
+      actorId: `${at}.actor_id`,
+      runId: `${at}.run_id`,
+      dedupeKey: `${at}.dedupe_key`,
+      watcherSessionKeys: `${at}.watcher_session_keys`,
+      outcome: `${at}.payload.outcome`,
+      channel: `${at}.payload.channel`,
+      turns: `${at}.payload.turns`,
+    };
+  }
+  return fields;
+}
 export const MAX_STATUS_LIMIT = 200;
 export const MAX_PRODUCER_WATCHERS = 64;
 export const MAX_STREAM_WATCHERS = 1000;
@@ -233,7 +272,7 @@ export class SessionState {
     checkCount("events", inputs.length, 1, MAX_BATCH_EVENTS);
     const now = this.clock();
     // Validate the whole batch first: a rejected request writes nothing.
-    const drafts = inputs.map((input, i) => this.draftOf(input, `events[${i}]`, now));
+    const drafts = inputs.map((input, i) => this.draftOf(input, eventFields(i), now));
     const outcomes = await this.store.write(
       async (ctx) => {
         const outcomes: AppendOutcome[] = [];
@@ -248,25 +287,25 @@ export class SessionState {
     return outcomes;
   }
 
-  private draftOf(input: AppendEventInput, field: string, now: number): EventDraft {
-    const session = resolveSession(`${field}.session`, input.sessionKey, input.agentId);
-    checkSummary(`${field}.summary`, input.summary);
-    checkActorId(`${field}.actor_id`, input.actorId);
-    checkOneLine(`${field}.run_id`, input.runId, 128);
-    checkOneLine(`${field}.dedupe_key`, input.dedupeKey, 256);
-    checkCount(`${field}.watcher_session_keys`, input.watcherSessionKeys.length, 0, MAX_PRODUCER_WATCHERS);
-    input.watcherSessionKeys.forEach((k, j) => checkSessionKey(`${field}.watcher_session_keys[${j}]`, k));
+  private draftOf(input: AppendEventInput, field: EventFields, now: number): EventDraft {
+    const session = resolveSession(field.session, input.sessionKey, input.agentId);
+    checkSummary(field.summary, input.summary);
+    checkActorId(field.actorId, input.actorId);
+    checkOneLine(field.runId, input.runId, 128);
+    checkOneLine(field.dedupeKey, input.dedupeKey, 256);
+    checkCount(field.watcherSessionKeys, input.watcherSessionKeys.length, 0, MAX_PRODUCER_WATCHERS);
+    input.watcherSessionKeys.forEach((k, j) => checkSessionKey(`${field.watcherSessionKeys}[${j}]`, k));
     const payload: EventPayload = {};
     if (input.kind === "run_failed") {
       if (input.payload.outcome === undefined) {
-        throw invalidArgument(`${field}.payload.outcome`, "is required for run_failed (error, timeout or cancelled)");
+        throw invalidArgument(field.outcome, "is required for run_failed (error, timeout or cancelled)");
       }
       payload.outcome = input.payload.outcome;
     } else if (input.payload.outcome !== undefined) {
-      throw invalidArgument(`${field}.payload.outcome`, `is only allowed on run_failed, not on ${input.kind}`);
+      throw invalidArgument(field.outcome, `is only allowed on run_failed, not on ${input.kind}`);
     }
-    if (input.payload.channel) payload.channel = checkOneLine(`${field}.payload.channel`, input.payload.channel, 64);
-    if (input.payload.turns) payload.turns = checkRange(`${field}.payload.turns`, input.payload.turns, 0, 10_000);
+    if (input.payload.channel) payload.channel = checkOneLine(field.channel, input.payload.channel, 64);
+    if (input.payload.turns) payload.turns = checkRange(field.turns, input.payload.turns, 0, 10_000);
     return {
       session,
       kind: input.kind,

@@ -7,7 +7,7 @@ import type { EventCache } from "./eventCache.js";
 import { SessionMap } from "./sessionMap.js";
 import { EMPTY_HEAD, NOTIFY_ELIGIBLE, type AppendOutcome, type ChangesPage, type EventDraft, type SessionHead, type SignalEvent } from "./model.js";
 import { fanOutMaterialEvent } from "./noticeProtocol.js";
-import type { EventPlace, Tx } from "./storage.js";
+import { isPromise, type Awaitable, type EventPlace, type Tx } from "./storage.js";
 import type { WriteContext } from "./watchableStore.js";
 
 export const DAY_MS = 24 * 60 * 60 * 1000;
@@ -45,21 +45,35 @@ export function historyGapFor(changesSince: number, prunedThrough: number, state
 export class HeadBuffer {
   private readonly heads = new SessionMap<{ session: SessionId; head: SessionHead | undefined; dirty: boolean }>();
 
-  async get(tx: Tx, session: SessionId): Promise<SessionHead | undefined> {
-    let entry = this.heads.get(session);
-    if (!entry) this.heads.set(session, (entry = { session, head: await tx.log.head(session), dirty: false }));
-    return entry.head;
+  /** The session's head: from the buffer once read, a promise only when the backend answers with one. */
+  get(tx: Tx, session: SessionId): Awaitable<SessionHead | undefined> {
+    const entry = this.heads.get(session);
+    if (entry) return entry.head;
+    const read = tx.log.head(session);
+    return isPromise(read) ? read.then((head) => this.remember(session, head)) : this.remember(session, read);
   }
 
   put(session: SessionId, head: SessionHead): void {
-    this.heads.set(session, { session, head, dirty: true });
+    const entry = this.heads.get(session);
+    if (entry) {
+      entry.head = head;
+      entry.dirty = true;
+    } else this.heads.set(session, { session, head, dirty: true });
   }
 
   async flush(tx: Tx): Promise<void> {
     for (const entry of this.heads.values()) {
-      if (entry.dirty && entry.head) await tx.log.putHead(entry.session, entry.head);
+      if (entry.dirty && entry.head) {
+        const written = tx.log.putHead(entry.session, entry.head);
+        if (isPromise(written)) await written;
+      }
       entry.dirty = false;
     }
+  }
+
+  private remember(session: SessionId, head: SessionHead | undefined): SessionHead | undefined {
+    this.heads.set(session, { session, head, dirty: false });
+    return head;
   }
 }
 
@@ -71,7 +85,9 @@ export class HeadBuffer {
  */
 export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: HeadBuffer): Promise<AppendOutcome> {
   const { tx, now } = ctx;
-  const head = heads ? await heads.get(tx, draft.session) : await tx.log.head(draft.session);
+  // Awaited only when a promise: this runs once per event (isPromise).
+  const known = heads ? heads.get(tx, draft.session) : tx.log.head(draft.session);
+  const head = isPromise(known) ? await known : known;
   // Dedupe: the same key returns the existing event and changes nothing (SPEC §2.1).
   if (draft.dedupeKey !== undefined) {
     const earlier = await tx.log.eventByDedupe(draft.session, draft.dedupeKey);
@@ -83,7 +99,8 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
   if (draft.kind === "human_direct_message" && !(await somebodyCouldCare(tx, draft))) {
     return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: "human_direct_message on a session with no parent and no watcher" };
   }
-  const sequence = await tx.log.insertEvent(draft, now);
+  const inserted = tx.log.insertEvent(draft, now);
+  const sequence = isPromise(inserted) ? await inserted : inserted;
   const next: SessionHead = { ...(head ?? EMPTY_HEAD), stateVersion: Math.max(head?.stateVersion ?? 0, sequence) };
   const material = NOTIFY_ELIGIBLE.has(draft.kind);
   if (material) {
@@ -106,7 +123,10 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
     summary: draft.summary,
     payload: draft.payload,
   });
-  if (material) await fanOutMaterialEvent(ctx, draft.session, next);
+  if (material) {
+    const fannedOut = fanOutMaterialEvent(ctx, draft.session, next);
+    if (isPromise(fannedOut)) await fannedOut;
+  }
   return { sequence, stateVersion: next.stateVersion, duplicate: false, recorded: true, reason: "" };
 }
 

@@ -35,6 +35,15 @@ import type { DeliveryRecord } from "./coordination/deliveryModel.js";
 
 export type Awaitable<T> = T | Promise<T>;
 
+/**
+ * Whether a row operation answered with a promise. An append's own steps (its head, its
+ * insert, the check for idle watchers) await only then: awaiting the embedded backend's plain
+ * values cost every event a microtask turn and its allocations (docs/performance.md, round 18).
+ */
+export function isPromise<T>(value: Awaitable<T>): value is Promise<T> {
+  return typeof (value as { then?: unknown } | undefined)?.then === "function";
+}
+
 export type Backend = "sqlite" | "postgres";
 
 export interface WriteOptions {
