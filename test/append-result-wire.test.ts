@@ -66,6 +66,9 @@ describe("append results written straight to bytes", () => {
     expect(appendResultsField([ok, { ...ok, sequence: -1 }], 1)).toBeUndefined();
     expect(appendResultsField([{ ...ok, stateVersion: 2 ** 53 }], 1)).toBeUndefined();
     expect(appendResultsField([ok], 1)).toHaveLength(1);
+    // Every result in one unknown field, whatever their number.
+    expect(appendResultsField([ok, { ...ok, sequence: 2 }, { ...ok, reason: "not recorded" }], 1)).toHaveLength(1);
+    expect(appendResultsField([], 1)).toEqual([]);
   });
 });
 

@@ -24,15 +24,9 @@ const utf8 = new TextEncoder();
 
 const isVarintSafe = (n: number) => Number.isSafeInteger(n) && n >= 0;
 
-/**
- * One outcome as a whole `AppendResult` entry after its tag: its length, then its fields in
- * field order, defaults left out as protobuf does. Undefined when a number is outside what a
- * varint of a non-negative safe integer holds (never for a sequence; the caller then takes
- * the typed path).
- */
-function resultEntry(o: AppendOutcome): Uint8Array | undefined {
-  if (!isVarintSafe(o.sequence) || !isVarintSafe(o.stateVersion)) return undefined;
-  const reason = o.reason === "" ? undefined : utf8.encode(o.reason);
+/** Bytes of one outcome's `AppendResult` message (defaults left out as protobuf does), or -1 when a number does not fit a varint of a non-negative safe integer. */
+function resultSize(o: AppendOutcome, reason: Uint8Array | undefined): number {
+  if (!isVarintSafe(o.sequence) || !isVarintSafe(o.stateVersion)) return -1;
   // Every key is one byte: the field numbers are below 16.
   let size = 0;
   if (o.sequence !== 0) size += 1 + varintSize(o.sequence);
@@ -40,8 +34,12 @@ function resultEntry(o: AppendOutcome): Uint8Array | undefined {
   if (o.duplicate) size += 2;
   if (o.recorded) size += 2;
   if (reason) size += 1 + varintSize(reason.length) + reason.length;
-  const out = new Uint8Array(varintSize(size) + size);
-  let at = writeVarint(out, 0, size);
+  return size;
+}
+
+/** Writes one outcome's message of `size` bytes, after its length, at `at`; returns the position after it. */
+function writeResult(out: Uint8Array, at: number, o: AppendOutcome, reason: Uint8Array | undefined, size: number): number {
+  at = writeVarint(out, at, size);
   if (o.sequence !== 0) {
     out[at++] = SEQUENCE << 3;
     at = writeVarint(out, at, o.sequence);
@@ -62,21 +60,43 @@ function resultEntry(o: AppendOutcome): Uint8Array | undefined {
     out[at++] = (REASON << 3) | WireType.LengthDelimited;
     at = writeVarint(out, at, reason.length);
     out.set(reason, at);
+    at += reason.length;
   }
-  return out;
+  return at;
 }
 
 /**
  * The outcomes as the repeated `AppendResult` field numbered `fieldNumber` of a response
- * (`results`), one unknown field each, in order; undefined when one of them cannot be
- * written so (then the whole response takes the typed path).
+ * (`results`), in order; undefined when one of them cannot be written so (then the whole
+ * response takes the typed path; never for a sequence).
+ *
+ * All of them ride in one unknown field, written into one buffer: protobuf writes an unknown
+ * field as its tag, then its data verbatim, so data that holds the first entry's length and
+ * message followed by every further entry's tag, length and message is on the wire exactly
+ * the repeated field. (An unknown field and a buffer for each result cost an append more
+ * than its results' encoding: docs/performance.md, round 18.)
  */
 export function appendResultsField(outcomes: readonly AppendOutcome[], fieldNumber: number): UnknownField[] | undefined {
-  const fields: UnknownField[] = new Array(outcomes.length);
+  if (outcomes.length === 0) return [];
+  const tag = (fieldNumber << 3) | WireType.LengthDelimited;
+  const tagSize = varintSize(tag);
+  // Reasons are rare (an unrecorded event): encoded once, kept by position.
+  let reasons: (Uint8Array | undefined)[] | undefined;
+  let total = 0;
   for (let i = 0; i < outcomes.length; i++) {
-    const data = resultEntry(outcomes[i]);
-    if (data === undefined) return undefined;
-    fields[i] = { no: fieldNumber, wireType: WireType.LengthDelimited, data };
+    const o = outcomes[i];
+    if (o.reason !== "") (reasons ??= [])[i] = utf8.encode(o.reason);
+    const size = resultSize(o, reasons?.[i]);
+    if (size < 0) return undefined;
+    total += (i === 0 ? 0 : tagSize) + varintSize(size) + size;
   }
-  return fields;
+  const data = new Uint8Array(total);
+  let at = 0;
+  for (let i = 0; i < outcomes.length; i++) {
+    const o = outcomes[i];
+    const reason = reasons?.[i];
+    if (i > 0) at = writeVarint(data, at, tag);
+    at = writeResult(data, at, o, reason, resultSize(o, reason));
+  }
+  return [{ no: fieldNumber, wireType: WireType.LengthDelimited, data }];
 }
