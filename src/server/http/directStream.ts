@@ -22,12 +22,13 @@
  * (the protocol lets a server answer uncompressed whatever the client accepts).
  */
 import { fromBinary, isMessage, create, toBinary, type DescMethodBiDiStreaming, type Message, type MessageInitShape } from "@bufbuild/protobuf";
-import { Code, ConnectError, createHandlerContext, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
+import { Code, ConnectError, type HandlerContext, type Interceptor, type StreamRequest, type StreamResponse } from "@connectrpc/connect";
 import { endStreamFlag, endStreamToJson } from "@connectrpc/connect/protocol-connect";
 import type { UniversalServerRequest } from "@connectrpc/connect/protocol";
 import type http from "node:http";
 import type http2 from "node:http2";
 import { COMPRESSED_FLAG, ENVELOPE_HEADER } from "./requestBody.js";
+import { CALL_ENDED, directHandlerContext } from "./callContext.js";
 
 /** A bidi method and its implementation, as registered on the binary router. */
 export interface DirectStreamSpec {
@@ -72,18 +73,7 @@ export async function serveDirectStream(
   options: DirectStreamOptions,
 ): Promise<void> {
   const { method } = spec;
-  const context = createHandlerContext({
-    service: method.parent,
-    method,
-    protocolName: "connect",
-    requestMethod: uReq.method,
-    url: uReq.url,
-    requestHeader: uReq.header,
-    responseHeader: { "content-type": CONTENT_TYPE },
-    contextValues: uReq.contextValues,
-    requestSignal: uReq.signal,
-    shutdownSignal: options.shutdownSignal,
-  });
+  const context = directHandlerContext(method, uReq, CONTENT_TYPE, options.shutdownSignal);
   const handle = applyInterceptors(options.interceptors, async (req: StreamRequest): Promise<StreamResponse> => ({
     stream: true,
     service: method.parent,
@@ -120,7 +110,7 @@ export async function serveDirectStream(
   } catch (err) {
     error = err instanceof ConnectError ? err : new ConnectError("internal error", Code.Internal, undefined, undefined, err);
   } finally {
-    context.abort(error);
+    context.abort(error ?? CALL_ENDED);
   }
   try {
     writer.end(utf8.encode(JSON.stringify(endStreamToJson(context.responseTrailer, error, undefined))));

@@ -11,8 +11,10 @@
  * 4. the per-RPC log line and metrics (callLog.ts).
  * A path may have a second handler for binary requests (Connect, gRPC and gRPC-Web with
  * protobuf): the routes register it on the second router they are given; JSON requests on that
- * path take the first. A binary bidi stream over the Connect protocol (AppendEventStream) is
- * served directly on its HTTP/2 stream, through the same interceptors (directStream.ts).
+ * path take the first. On such a path a binary bidi stream over the Connect protocol
+ * (AppendEventStream) is served directly on its HTTP/2 stream (directStream.ts), and a binary
+ * unary call over the Connect protocol (AppendEvents) by Connect's unary steps without its
+ * negotiation (directUnary.ts), both through the same interceptors.
  */
 import { createConnectRouter, type ConnectRouter, type ConnectRouterOptions, type ContextValues } from "@connectrpc/connect";
 import type { DescMethodBiDiStreaming, DescMethodUnary } from "@bufbuild/protobuf";
@@ -22,7 +24,7 @@ import {
   universalRequestFromNodeRequest,
   universalResponseToNodeResponse,
 } from "@connectrpc/connect-node";
-import { createAsyncIterable, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
+import { createAsyncIterable, validateReadWriteMaxBytes, type UniversalHandler, type UniversalServerResponse } from "@connectrpc/connect/protocol";
 import { Code, ConnectError } from "@connectrpc/connect";
 import type http from "node:http";
 import http2 from "node:http2";
@@ -35,6 +37,7 @@ import { codeOfResponse, errorResponse, isJsonRequest, rpcProtocolOf, withRestat
 import { requestTypeName } from "../requestFaults.js";
 import { clientWentAway } from "../errors.js";
 import { serveDirectStream, takesDirectStream, type DirectStreamSpec } from "./directStream.js";
+import { directUnary, serveDirectUnary, takesDirectUnary, type DirectUnary } from "./directUnary.js";
 
 type NodeRequest = http.IncomingMessage | http2.Http2ServerRequest;
 type NodeResponse = http.ServerResponse | http2.Http2ServerResponse;
@@ -54,8 +57,8 @@ export interface RpcHandlerOptions extends Pick<ConnectRouterOptions, "intercept
 }
 
 /**
- * Where the routes register a path's handler for binary requests. A bidi stream's handler is
- * also served directly (directStream.ts) for the requests that path takes.
+ * Where the routes register a path's handler for binary requests. It is also served directly
+ * (directStream.ts, directUnary.ts) for the requests those paths take.
  */
 export interface BinaryRoutes {
   rpc(method: DescMethodUnary | DescMethodBiDiStreaming, impl: unknown): void;
@@ -75,10 +78,15 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
   const router = createConnectRouter(routerOptions);
   const binaryRouter = createConnectRouter(routerOptions);
   const direct = new Map<string, DirectStreamSpec>();
+  const directUnaries = new Map<string, DirectUnary>();
+  // The limits Connect's handlers apply (its defaults where none is given).
+  const limits = validateReadWriteMaxBytes(options.readMaxBytes, options.writeMaxBytes, options.compressMinBytes);
   options.routes(router, {
     rpc(method, impl) {
       binaryRouter.rpc(method, impl as never);
-      if (method.methodKind === "bidi_streaming") direct.set(`/${method.parent.typeName}/${method.name}`, { method, impl: impl as DirectStreamSpec["impl"] });
+      const path = `/${method.parent.typeName}/${method.name}`;
+      if (method.methodKind === "bidi_streaming") direct.set(path, { method, impl: impl as DirectStreamSpec["impl"] });
+      else directUnaries.set(path, directUnary(method, impl, limits));
     },
   });
   const byPath = new Map<string, UniversalHandler>(router.handlers.map((h) => [h.requestPath, h]));
@@ -168,7 +176,17 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
         .catch((reason: unknown) => options.logger.error("writing the response failed", { procedure, error: String(reason) }));
       return true;
     }
-    handler(uReq)
+    const unary = handler === binaryHandler ? directUnaries.get(path) : undefined;
+    const answered =
+      unary && takesDirectUnary(req)
+        ? serveDirectUnary(unary, uReq, {
+            interceptors: options.interceptors ?? [],
+            shutdownSignal: options.shutdownSignal,
+            acceptCompression: routerOptions.acceptCompression,
+            ...limits,
+          })
+        : handler(uReq);
+    answered
       .then(async (uRes) => {
         if (bodyGuard.failure) {
           record.code ??= bodyGuard.failure.code;
