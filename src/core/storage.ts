@@ -8,8 +8,9 @@
  * suite, test/conformance, checks that they do).
  *
  * Row operations return `Awaitable<T>`: the embedded backend answers synchronously, the
- * networked one with a promise; rule code always awaits. Storage failures leave a backend
- * as DomainErrors (unavailable, resource_exhausted, data_loss), never as driver errors.
+ * networked one with a promise; rule code awaits them (an append's own steps only when they are
+ * promises: `isPromise`). Storage failures leave a backend as DomainErrors (unavailable,
+ * resource_exhausted, data_loss), never as driver errors.
  */
 import type { Exchange, StoredInterSessionMessage } from "./coordination/model.js";
 import type { SessionId } from "./keys.js";
