@@ -124,7 +124,7 @@ export class WatchableStore {
   /** The one publish point: committed notices to local subscribers, then unfinished fan-outs. */
   private publish(ctx: UnitContext): void {
     // Only committed events: a rolled-back sequence may be issued again (SQLite).
-    for (const e of ctx.events) this.events.put(e);
+    for (const e of ctx.events) this.events.putAppended(e);
     if (ctx.notices.length > 0) {
       const started = performance.now();
       this.metrics.noticesQueued(ctx.notices.length);
