@@ -135,7 +135,7 @@ export class ServerMetrics implements CoreMetrics {
     );
     gauge(
       "sessionstate_event_cache_entries",
-      "Events held in memory for reads (at most 20,000; the encoded copies for binary reads are bounded alike)",
+      "Events held in memory for reads (at most 20,000 that reads fetched and the 1,024 newest appended; the encoded copies for binary reads are bounded alike)",
       sources.eventCacheEntries,
     );
     new Gauge({
