@@ -81,6 +81,16 @@ export type { SpawnOutcome } from "./registry.js";
 export type { PruneReport, RetentionPolicy } from "./signalLog.js";
 
 export const MAX_BATCH_EVENTS = 500;
+export const MAX_STATUS_LIMIT = 200;
+export const MAX_PRODUCER_WATCHERS = 64;
+export const MAX_STREAM_WATCHERS = 1000;
+export const MAX_ACKS = 1000;
+export const MAX_LIST_LIMIT = 500;
+/** Cursors one ListWatchCursors page holds at most. */
+export const MAX_LISTED_CURSORS = 1000;
+export const DEFAULT_LIST_LIMIT = 100;
+
+export const DEFAULT_RETENTION: RetentionPolicy = { maxAgeMs: 30 * DAY_MS, maxRows: 50_000 };
 
 /** The names an append's errors give the fields of `events[i]`. */
 interface EventFields {
@@ -120,16 +130,6 @@ function eventFields(i: number): EventFields {
   }
   return fields;
 }
-export const MAX_STATUS_LIMIT = 200;
-export const MAX_PRODUCER_WATCHERS = 64;
-export const MAX_STREAM_WATCHERS = 1000;
-export const MAX_ACKS = 1000;
-export const MAX_LIST_LIMIT = 500;
-/** Cursors one ListWatchCursors page holds at most. */
-export const MAX_LISTED_CURSORS = 1000;
-export const DEFAULT_LIST_LIMIT = 100;
-
-export const DEFAULT_RETENTION: RetentionPolicy = { maxAgeMs: 30 * DAY_MS, maxRows: 50_000 };
 
 /** An event as a producer sends it (enums already mapped, everything else unchecked). */
 export interface AppendEventInput {

@@ -82,21 +82,20 @@ export function appendResultsField(outcomes: readonly AppendOutcome[], fieldNumb
   const tagSize = varintSize(tag);
   // Reasons are rare (an unrecorded event): encoded once, kept by position.
   let reasons: (Uint8Array | undefined)[] | undefined;
+  const sizes = new Array<number>(outcomes.length);
   let total = 0;
   for (let i = 0; i < outcomes.length; i++) {
     const o = outcomes[i];
     if (o.reason !== "") (reasons ??= [])[i] = utf8.encode(o.reason);
-    const size = resultSize(o, reasons?.[i]);
+    const size = (sizes[i] = resultSize(o, reasons?.[i]));
     if (size < 0) return undefined;
     total += (i === 0 ? 0 : tagSize) + varintSize(size) + size;
   }
   const data = new Uint8Array(total);
   let at = 0;
   for (let i = 0; i < outcomes.length; i++) {
-    const o = outcomes[i];
-    const reason = reasons?.[i];
     if (i > 0) at = writeVarint(data, at, tag);
-    at = writeResult(data, at, o, reason, resultSize(o, reason));
+    at = writeResult(data, at, outcomes[i], reasons?.[i], sizes[i]);
   }
   return [{ no: fieldNumber, wireType: WireType.LengthDelimited, data }];
 }

@@ -8,7 +8,7 @@
  * context without a reason, for which Node builds a DOMException and captures its stack
  * (6.6 % of the server's time alone; docs/performance.md, round 18).
  *
- * What stays the same: the handler context is made by Connect's the
+ * What stays the same: the handler context is made by Connect's createHandlerContext, the
  * compression negotiated by its compressionNegotiate, the body read by its readAllBytes, the
  * messages parsed and serialized by its serialization with the same limits, the interceptors
  * and the handler run by its invokeUnaryImplementation, errors written by its errorToJsonBytes
@@ -42,10 +42,8 @@ const JSON_CONTENT_TYPE = "application/json";
 export interface DirectUnaryOptions {
   interceptors: readonly Interceptor[];
   shutdownSignal?: AbortSignal;
-  /** Largest request message (`--max-request-bytes`). */
+  /** Largest request body (`--max-request-bytes`); the largest response is the serialization's limit (directUnary). */
   readMaxBytes: number;
-  /** Largest response message. */
-  writeMaxBytes: number;
   /** The compressions requests may use and answers may get (as the routers have them). */
   acceptCompression: readonly Compression[];
   /** Smallest answer that is compressed for a client that accepts it. */

@@ -97,6 +97,13 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     if (!byPath.has(path)) throw new Error(`${path} has a binary handler but no handler for JSON`);
   }
   const readMaxBytes = options.readMaxBytes ?? 4 * 1024 * 1024;
+  const directUnaryOptions = {
+    interceptors: options.interceptors ?? [],
+    shutdownSignal: options.shutdownSignal,
+    acceptCompression: routerOptions.acceptCompression,
+    readMaxBytes: limits.readMaxBytes,
+    compressMinBytes: limits.compressMinBytes,
+  };
 
   return (req, res) => {
     const url = req.url ?? "";
@@ -177,15 +184,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
       return true;
     }
     const unary = handler === binaryHandler ? directUnaries.get(path) : undefined;
-    const answered =
-      unary && takesDirectUnary(req)
-        ? serveDirectUnary(unary, uReq, {
-            interceptors: options.interceptors ?? [],
-            shutdownSignal: options.shutdownSignal,
-            acceptCompression: routerOptions.acceptCompression,
-            ...limits,
-          })
-        : handler(uReq);
+    const answered = unary && takesDirectUnary(req) ? serveDirectUnary(unary, uReq, directUnaryOptions) : handler(uReq);
     answered
       .then(async (uRes) => {
         if (bodyGuard.failure) {
