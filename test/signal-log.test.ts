@@ -49,6 +49,28 @@ describe("reads through the event cache", () => {
   });
 });
 
+describe("the fields an append's errors name", () => {
+  it("name the event's position and field, whichever position and however often", async () => {
+    const bad: [Record<string, unknown>, string][] = [
+      [{ summary: "two\nlines" }, "summary"],
+      [{ runId: "r".repeat(129) }, "run_id"],
+      [{ dedupeKey: "d\u0000" }, "dedupe_key"],
+      [{ kind: "run_failed" }, "payload.outcome"],
+      [{ payload: { channel: "c\nc" } }, "payload.channel"],
+      [{ payload: { turns: 10_001 } }, "payload.turns"],
+      [{ watcherSessionKeys: [" padded"] }, "watcher_session_keys[0]"],
+    ];
+    // Each position twice: the names are made once per position and then reused.
+    for (let round = 0; round < 2; round++) {
+      for (const [i, [override, field]] of bad.entries()) {
+        const batch = Array.from({ length: i + 1 }, () => event(MAIN));
+        batch[i] = event(MAIN, override);
+        await expect(f.core.appendEvents(batch)).rejects.toThrow(new RegExp(`^events\\[${i}\\]\\.${field.replace(/[.[\]]/g, "\\$&")}: `));
+      }
+    }
+  });
+});
+
 describe("sequences", () => {
   it("strictly increase across sessions and batches", async () => {
     const a = await f.core.appendEvents([event("agent:main:a"), event("agent:main:b"), event("agent:main:a")]);
