@@ -12,7 +12,8 @@ import {
   Http2SessionManager,
   type Http2SessionOptions,
 } from "@connectrpc/connect-node";
-import { bearerToken } from "./bearer.js";
+import { directBatchChannel } from "./batchChannel.js";
+import { bearerToken, bearerValue } from "./bearer.js";
 import { markBinaryStateClient } from "./recordEvent.js";
 import { MessagingService } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
@@ -105,7 +106,13 @@ export function createGatewayClients(baseUrl: string, options: GatewayClientOpti
         : createConnectTransport(transportOptions);
   const state = createClient(StateService, transport);
   // Every protocol here encodes binary protobuf: coalesced records may carry pre-encoded events.
-  markBinaryStateClient(state);
+  // Over Connect with no interceptors of the caller's, recordEvent's stream is written straight
+  // on this connection (batchChannel.ts): nothing the caller added would see it otherwise.
+  const direct = (options.protocol ?? "connect") === "connect" && (options.interceptors ?? []).length === 0;
+  markBinaryStateClient(
+    state,
+    direct ? directBatchChannel(sessionManager, baseUrl, options.token === undefined ? {} : { authorization: bearerValue(options.token) }) : undefined,
+  );
   return {
     state,
     sessions: createClient(SessionService, transport),

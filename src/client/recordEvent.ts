@@ -8,15 +8,8 @@ import { create, toBinary, type MessageInitShape } from "@bufbuild/protobuf";
 import { WireType } from "@bufbuild/protobuf/wire";
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { EventKind } from "../../gen/sessionstate/v1/event_pb.js";
-import {
-  AppendEventStreamRequestSchema,
-  AppendEventsRequestSchema,
-  EventInputSchema,
-  StateService,
-  type AppendEventStreamRequest,
-  type AppendEventStreamResponse,
-  type AppendResult,
-} from "../../gen/sessionstate/v1/state_pb.js";
+import { AppendEventsRequestSchema, EventInputSchema, StateService } from "../../gen/sessionstate/v1/state_pb.js";
+import { connectBatchChannel, type BatchAnswer, type BatchChannel, type BatchResult, type OpenBatchChannel } from "./batchChannel.js";
 import { encodeEventInput } from "./eventInputWire.js";
 import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
 
@@ -134,13 +127,14 @@ export const DEFAULT_COALESCE: Readonly<Required<CoalesceOptions>> = Object.free
  * State clients whose transport always sends binary protobuf (those createGatewayClients
  * makes): their coalesced calls carry each event's bytes, encoded once by the caller, as the
  * request's field 1 entries. Any other client (it may speak JSON, which leaves unknown fields
- * out) gets the events as messages.
+ * out) gets the events as messages. The value opens the client's AppendEventStream: straight
+ * on its connection where it can be (batchChannel.ts), else through the client.
  */
-const binaryClients = new WeakSet<StateClient>();
+const binaryClients = new WeakMap<StateClient, OpenBatchChannel>();
 
-/** Marks a state client whose transport always encodes binary protobuf. */
-export function markBinaryStateClient(client: StateClient): void {
-  binaryClients.add(client);
+/** Marks a state client whose transport always encodes binary protobuf; `open` opens its stream (default: through the client). */
+export function markBinaryStateClient(client: StateClient, open: OpenBatchChannel = connectBatchChannel(client)): void {
+  binaryClients.set(client, open);
 }
 
 /** Per client: its coalescer, or null when coalescing is off for it. */
@@ -149,7 +143,7 @@ const coalescers = new WeakMap<StateClient, Coalescer | null>();
 function coalescerOf(client: StateClient): Coalescer | null {
   let c = coalescers.get(client);
   if (c === undefined) {
-    c = new Coalescer(client, DEFAULT_COALESCE, binaryClients.has(client));
+    c = new Coalescer(client, DEFAULT_COALESCE, binaryClients.get(client));
     coalescers.set(client, c);
   }
   return c;
@@ -181,7 +175,7 @@ export function coalesceRecords(client: StateClient, options: CoalesceOptions | 
         stream: options.stream ?? DEFAULT_COALESCE.stream,
         maxStreamInFlight: limit(options.maxStreamInFlight, DEFAULT_COALESCE.maxStreamInFlight, 1, 1024, "maxStreamInFlight"),
       },
-      binaryClients.has(client),
+      binaryClients.get(client),
     ),
   );
 }
@@ -302,11 +296,16 @@ class Coalescer {
   /** Calls that replace batches of a stream the service does not have (send never rejects). */
   private fallbackCalls: Promise<void> = Promise.resolve();
 
+  private readonly binary: boolean;
+
+  /** `openStream`: the client's stream when its transport is binary (markBinaryStateClient), else undefined. */
   constructor(
     private readonly client: StateClient,
     private readonly limits: Required<CoalesceOptions>,
-    private readonly binary: boolean,
-  ) {}
+    private readonly openStream: OpenBatchChannel | undefined,
+  ) {
+    this.binary = openStream !== undefined;
+  }
 
   record(event: EventInit, options: RecordOptions): Promise<RecordResult> {
     const logger = options.logger ?? stderrLogger;
@@ -458,7 +457,7 @@ class Coalescer {
   private async sendOnStream(batch: Queued[], atLeastUntil = 0): Promise<void> {
     const live = batch.filter((q) => !q.settled);
     if (live.length === 0) return;
-    if (this.stream === undefined || this.stream.ended) this.stream = new BatchStream(this.client);
+    if (this.stream === undefined || this.stream.ended) this.stream = new BatchStream(this.openStream!);
     let deadline = atLeastUntil;
     for (const q of live) deadline = Math.max(deadline, q.deadline);
     const answer = await this.stream.send(live.map((q) => q.wire!), deadline);
@@ -525,7 +524,7 @@ class Coalescer {
 
 /** What a stream answered for one batch. */
 type StreamAnswer =
-  | { results: AppendResult[] }
+  | { results: BatchResult[] }
   /** perBatch: the service refused this batch (nothing written); else the stream failed. */
   | { error: ConnectError; perBatch: boolean; unimplemented: boolean };
 
@@ -543,47 +542,27 @@ class BatchStream {
   ended = false;
   private nextId = 0n;
   private readonly waiting = new Map<bigint, { resolve: (a: StreamAnswer) => void; deadline: number }>();
-  private readonly outbox: AppendEventStreamRequest[] = [];
-  private pull: (() => void) | undefined;
-  private readonly abort = new AbortController();
+  private readonly channel: BatchChannel;
   private sawAnswer = false;
   private timer: ReturnType<typeof setTimeout> | undefined;
   private timerAt = Infinity;
   private lastActive = performance.now();
 
-  constructor(client: StateClient) {
-    const responses = client.appendEventStream(this.requests(), { signal: this.abort.signal });
-    void this.read(responses);
+  constructor(open: OpenBatchChannel) {
+    this.channel = open({
+      answer: (a) => this.answer(a),
+      closed: (error) => this.fail(error ?? new ConnectError("the service ended the stream", Code.Unavailable)),
+    });
   }
 
   send(events: Uint8Array[], deadline: number): Promise<StreamAnswer> {
     const batchId = this.nextId++;
-    const message = create(AppendEventStreamRequestSchema, { batchId });
-    message.$unknown = events.map((data) => ({ no: 2, wireType: WireType.LengthDelimited, data }));
     this.lastActive = performance.now();
     return new Promise<StreamAnswer>((resolve) => {
       this.waiting.set(batchId, { resolve, deadline });
-      this.outbox.push(message);
-      this.wakeWriter();
+      this.channel.send(batchId, events);
       this.arm(deadline);
     });
-  }
-
-  private wakeWriter(): void {
-    const p = this.pull;
-    this.pull = undefined;
-    p?.();
-  }
-
-  private async *requests(): AsyncGenerator<AppendEventStreamRequest> {
-    while (!this.ended) {
-      if (this.outbox.length === 0) {
-        await new Promise<void>((r) => (this.pull = r));
-        continue;
-      }
-      const batch = this.outbox.splice(0);
-      for (const m of batch) yield m;
-    }
   }
 
   /** One timer: the earliest deadline of a batch in flight, or the idle end. */
@@ -617,46 +596,39 @@ class BatchStream {
     this.arm(next);
   }
 
-  private async read(responses: AsyncIterable<AppendEventStreamResponse>): Promise<void> {
-    try {
-      for await (const res of responses) {
-        this.sawAnswer = true;
-        this.lastActive = performance.now();
-        const w = this.waiting.get(res.batchId);
-        if (w === undefined) continue;
-        this.waiting.delete(res.batchId);
-        if (res.error !== undefined) {
-          const code = (res.error.code in Code ? res.error.code : Code.Unknown) as Code;
-          w.resolve({ error: new ConnectError(res.error.message, code), perBatch: true, unimplemented: false });
-        } else {
-          w.resolve({ results: res.results });
-        }
-        if (this.waiting.size === 0) this.arm(this.lastActive + STREAM_IDLE_MS);
-      }
-      this.fail(new ConnectError("the service ended the stream", Code.Unavailable));
-    } catch (err) {
-      this.fail(ConnectError.from(err));
+  private answer(res: BatchAnswer): void {
+    this.sawAnswer = true;
+    this.lastActive = performance.now();
+    const w = this.waiting.get(res.batchId);
+    if (w === undefined) return;
+    this.waiting.delete(res.batchId);
+    if (res.error !== undefined) {
+      const code = (res.error.code in Code ? res.error.code : Code.Unknown) as Code;
+      w.resolve({ error: new ConnectError(res.error.message, code), perBatch: true, unimplemented: false });
+    } else {
+      w.resolve({ results: res.results });
     }
+    if (this.waiting.size === 0) this.arm(this.lastActive + STREAM_IDLE_MS);
   }
 
   /** Ends the stream when nothing is in flight (the writer's end). */
   private close(): void {
     this.ended = true;
-    this.wakeWriter();
+    this.channel.end();
   }
 
   private fail(error: ConnectError): void {
+    if (this.ended && this.waiting.size === 0) return;
     this.ended = true;
     if (this.timer !== undefined) clearTimeout(this.timer);
-    this.wakeWriter();
-    this.abort.abort();
+    this.channel.cancel();
     const unimplemented = error.code === Code.Unimplemented && !this.sawAnswer;
     for (const w of this.waiting.values()) w.resolve({ error, perBatch: false, unimplemented });
     this.waiting.clear();
   }
 }
 
-function resultOf(r: AppendResult | undefined): RecordResult {
+function resultOf(r: BatchResult | undefined): RecordResult {
   if (r === undefined) return { status: "failed", code: Code.Internal, message: "the service answered without a result for this event" };
   if (r.duplicate) return { status: "duplicate", sequence: r.sequence, stateVersion: r.stateVersion };
   if (!r.recorded) return { status: "skipped", reason: r.reason, stateVersion: r.stateVersion };
