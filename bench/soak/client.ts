@@ -14,6 +14,7 @@ import { SessionKind, SessionService } from "../../gen/sessionstate/v1/session_p
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
 import { Histogram } from "./histogram.js";
+import { createGatewayClients } from "../../src/client/clients.js";
 import { recordEvent } from "../../src/client/recordEvent.js";
 
 export interface ClientReport {
@@ -50,6 +51,9 @@ const transport = (protocol === "grpc" ? createGrpcTransport : protocol === "grp
 const state = createClient(StateService, transport);
 const sessions = createClient(SessionService, transport);
 const watch = createClient(WatchService, transport);
+// The recorders' client is a Gateway's: recordEvent's batches go over AppendEventStream only on
+// clients made by createGatewayClients (over Connect, written straight on the connection).
+const gateway = createGatewayClients(url, { protocol: protocol as "connect" | "grpc" | "grpc-web" });
 
 const started = performance.now();
 const deadline = started + durationMs;
@@ -116,7 +120,7 @@ async function recorder(): Promise<void> {
   while (running()) {
     const event = { session: { sessionKey: pick(TARGETS) }, kind: pick(KINDS), actorType: ActorType.HUMAN, summary: `c${id} r${appended++}` };
     const result = await timed("record", async () => {
-      const r = await recordEvent(state, event, { logger: SILENT });
+      const r = await recordEvent(gateway.state, event, { logger: SILENT });
       if (r.status === "failed") throw new ConnectError(r.message, r.code);
       return r;
     });

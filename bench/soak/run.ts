@@ -10,7 +10,7 @@
  * warm-up and at the end, the largest WAL file seen, and the final audit (acknowledged
  * events lost, notices delivered twice on one stream, errors, integrity_check). Exits non-zero when a bound or the audit fails.
  */
-import { fork } from "node:child_process";
+import { fork, type ChildProcess } from "node:child_process";
 import { mkdtempSync, rmSync, statSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
@@ -78,8 +78,21 @@ const walSize = (db: string) => {
 
 const mib = (bytes: number) => `${(bytes / MiB).toFixed(1)} MiB`;
 
+/** What this soak started, so that an interrupted soak (Ctrl-C, SIGTERM) takes it along. */
+const launched: { dir?: string; children: ChildProcess[] } = { children: [] };
+for (const signal of ["SIGINT", "SIGTERM"] as const) {
+  process.once(signal, () => {
+    console.error(`soak: ${signal}: stopping the server and the client processes`);
+    for (const child of launched.children) child.kill("SIGKILL");
+    killAllServers();
+    if (launched.dir) rmSync(launched.dir, { recursive: true, force: true });
+    process.exit(130);
+  });
+}
+
 async function main(): Promise<number> {
   const dir = mkdtempSync(join(tmpdir(), "sessionstate-soak-"));
+  launched.dir = dir;
   const db = join(dir, "soak.db");
   const port = await freePort();
   // Nothing is pruned during the soak (so the audit can ask for every acknowledged event),
@@ -101,6 +114,7 @@ async function main(): Promise<number> {
   const children = Array.from({ length: clientCount }, (_, id) =>
     fork(script, [server.url, String(id), String(durationMs)], { execArgv: process.execArgv, stdio: ["ignore", "inherit", "inherit", "ipc"] }),
   );
+  launched.children = children;
   const reports = children.map(
     (child) =>
       new Promise<ClientReport>((resolve, reject) => {
