@@ -155,6 +155,8 @@ class DirectChannel implements BatchChannel {
   send(batchId: bigint, events: readonly Uint8Array[]): void {
     if (this.done) return;
     const envelope = batchEnvelope(batchId, events);
+    // No wait for the write to drain: the coalescer keeps at most maxStreamInFlight batches
+    // unanswered, which bounds what can be buffered here.
     if (this.stream === undefined) this.early!.push(envelope);
     else this.stream.write(envelope);
   }
