@@ -264,6 +264,24 @@ describe("the direct stream against a service that misbehaves", () => {
     expect(bare.heads[0]!.authorization).toBeUndefined();
   });
 
+  it("reads an answer of 3 MiB (unknown fields) written in 1 KiB pieces", async () => {
+    const bare = await bareServer(async (stream, batches) => {
+      stream.respond(OK_HEAD);
+      for await (const req of batches) {
+        const answer = create(AppendEventStreamResponseSchema, { batchId: req.batchId, results: req.events.map((_, i) => ({ sequence: BigInt(7 + i), stateVersion: 9n, recorded: true })) });
+        answer.$unknown = [{ no: 15, wireType: 2, data: Buffer.concat([Buffer.from([0x80, 0x80, 0xc0, 0x01]), Buffer.alloc(3 * 1024 * 1024, 7)]) }];
+        const bytes = envelope(0, toBinary(AppendEventStreamResponseSchema, answer));
+        for (let at = 0; at < bytes.length; at += 1024) stream.write(bytes.subarray(at, at + 1024));
+      }
+      stream.end(endOk);
+    });
+    const answers = await recordTwo(bare, 10_000);
+    expect(answers).toEqual([
+      { status: "recorded", sequence: 7n, stateVersion: 9n },
+      { status: "recorded", sequence: 7n, stateVersion: 9n },
+    ]);
+  });
+
   it("sends the token as a bearer authorization header", async () => {
     const bare = await bareServer(async (stream, batches) => {
       stream.respond(OK_HEAD);

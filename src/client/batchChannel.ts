@@ -138,7 +138,10 @@ class DirectChannel implements BatchChannel {
   private endAsked = false;
   private done = false;
   private endStreamSeen = false;
-  private pending: Buffer | undefined;
+  /** Body bytes not yet taken as envelopes, and how many the next envelope needs. */
+  private held: Buffer[] = [];
+  private heldBytes = 0;
+  private needed = 5;
 
   constructor(
     private readonly sessions: Http2SessionManager,
@@ -212,21 +215,33 @@ class DirectChannel implements BatchChannel {
     if (encoding !== undefined && encoding !== "identity") return this.fail(new ConnectError(`unsupported response encoding "${encoding}"`, Code.Internal));
   }
 
-  /** Splits the body into envelopes (5 bytes: flags, then the length, big-endian). */
+  /**
+   * Splits the body into envelopes (5 bytes: flags, then the length, big-endian). Chunks of an
+   * envelope not yet whole are only collected, and joined once it is: joining at every chunk
+   * would copy a large answer once per chunk.
+   */
   private data(chunk: Buffer): void {
     if (this.done) return;
     this.sessions.notifyResponseByteRead(this.stream!);
-    const buf = this.pending === undefined ? chunk : Buffer.concat([this.pending, chunk]);
+    this.held.push(chunk);
+    this.heldBytes += chunk.length;
+    if (this.heldBytes < this.needed) return;
+    const buf = this.held.length === 1 ? this.held[0]! : Buffer.concat(this.held, this.heldBytes);
     let at = 0;
+    this.needed = 5;
     while (buf.length - at >= 5 && !this.done) {
       const flags = buf[at]!;
       const length = buf.readUInt32BE(at + 1);
       if (length > MAX_ANSWER_BYTES) return this.fail(new ConnectError(`an answer of ${length} bytes is over the limit of ${MAX_ANSWER_BYTES}`, Code.ResourceExhausted));
-      if (buf.length - at - 5 < length) break;
+      if (buf.length - at - 5 < length) {
+        this.needed = 5 + length;
+        break;
+      }
       this.envelope(flags, buf.subarray(at + 5, at + 5 + length));
       at += 5 + length;
     }
-    this.pending = at < buf.length ? buf.subarray(at) : undefined;
+    this.held = at < buf.length ? [buf.subarray(at)] : [];
+    this.heldBytes = buf.length - at;
   }
 
   private envelope(flags: number, body: Buffer): void {
