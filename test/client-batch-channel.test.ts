@@ -26,6 +26,7 @@ import { encodeEventInput } from "../src/client/eventInputWire.js";
 import { recordEvent, type EventInit, type RecordResult } from "../src/client/recordEvent.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
 import { silentLogger } from "../src/server/logger.js";
+import { stablePort } from "./faults/support/serverProcess.js";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
 
 const cleanups: (() => Promise<void> | void)[] = [];
@@ -136,6 +137,36 @@ describe("the direct stream against the service", () => {
       expect(status.stateChanges!.events[0]).toMatchObject({ sequence: r.sequence, runId: `direct-${i}` });
     }
   });
+
+  it("a graceful restart mid-load: every record answered recorded is in the log, and recording goes on over a new connection", async () => {
+    const t = await server({ port: await stablePort(), shutdownGraceMs: 500 });
+    const clients = clientsOf(t.url);
+    const answers: { runId: string; session: string; result: RecordResult }[] = [];
+    let stop = false;
+    let n = 0;
+    const worker = async (w: number) => {
+      while (!stop) {
+        const runId = `g${w}-${n++}`;
+        const session = `agent:main:g${w % 4}`;
+        const result = await recordEvent(clients.state, goal(session, runId), { ...quiet, timeoutMs: 1_000 });
+        answers.push({ runId, session, result });
+        if (result.status === "failed") await new Promise((r) => setTimeout(r, 20));
+      }
+    };
+    const workers = Array.from({ length: 8 }, (_, w) => worker(w));
+    const recorded = () => answers.filter((a) => a.result.status === "recorded").length;
+    while (recorded() < 200) await new Promise((r) => setTimeout(r, 5));
+    await t.restart();
+    const before = recorded();
+    while (recorded() < before + 200) await new Promise((r) => setTimeout(r, 5));
+    stop = true;
+    await Promise.all(workers);
+    for (const a of answers) {
+      if (a.result.status !== "recorded") continue;
+      const status = await t.state.getStatus({ session: { sessionKey: a.session }, changesSince: a.result.sequence - 1n, limit: 1 });
+      expect(status.stateChanges!.events[0], a.runId).toMatchObject({ sequence: a.result.sequence, runId: a.runId });
+    }
+  }, 60_000);
 
   it("sends the clients' token: recorded with it, UNAUTHENTICATED with a wrong one", async () => {
     const dir = tempDir("batch-channel-");
