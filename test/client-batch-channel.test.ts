@@ -28,6 +28,7 @@ import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens
 import { silentLogger } from "../src/server/logger.js";
 import { stablePort } from "./faults/support/serverProcess.js";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
+import { startRecorders } from "./support/recorders.js";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -141,26 +142,12 @@ describe("the direct stream against the service", () => {
   it("a graceful restart mid-load: every record answered recorded is in the log, and recording goes on over a new connection", async () => {
     const t = await server({ port: await stablePort(), shutdownGraceMs: 500 });
     const clients = clientsOf(t.url);
-    const answers: { runId: string; session: string; result: RecordResult }[] = [];
-    let stop = false;
-    let n = 0;
-    const worker = async (w: number) => {
-      while (!stop) {
-        const runId = `g${w}-${n++}`;
-        const session = `agent:main:g${w % 4}`;
-        const result = await recordEvent(clients.state, goal(session, runId), { ...quiet, timeoutMs: 1_000 });
-        answers.push({ runId, session, result });
-        if (result.status === "failed") await new Promise((r) => setTimeout(r, 20));
-      }
-    };
-    const workers = Array.from({ length: 8 }, (_, w) => worker(w));
-    const recorded = () => answers.filter((a) => a.result.status === "recorded").length;
-    while (recorded() < 200) await new Promise((r) => setTimeout(r, 5));
+    const recorders = startRecorders(clients.state, { callers: 8, sessions: 4, tag: "g" });
+    await recorders.untilRecorded(200);
     await t.restart();
-    const before = recorded();
-    while (recorded() < before + 200) await new Promise((r) => setTimeout(r, 5));
-    stop = true;
-    await Promise.all(workers);
+    await recorders.untilRecorded(recorders.recorded() + 200);
+    await recorders.stop();
+    const answers = recorders.answers;
     for (const a of answers) {
       if (a.result.status !== "recorded") continue;
       const status = await t.state.getStatus({ session: { sessionKey: a.session }, changesSince: a.result.sequence - 1n, limit: 1 });

@@ -23,6 +23,7 @@ import { coalesceRecords, recordEvent, type EventInit, type RecordResult } from 
 import { silentLogger } from "../src/server/logger.js";
 import { killAllServerProcesses, stablePort, startServerProcess } from "./faults/support/serverProcess.js";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
+import { startRecorders } from "./support/recorders.js";
 
 const cleanups: (() => Promise<void> | void)[] = [];
 afterEach(async () => {
@@ -331,27 +332,14 @@ describe("restart in the middle of a load", () => {
     const clients = createGatewayClients(proc.url);
     cleanups.push(() => clients.close());
     if (mode === "calls") coalesceRecords(clients.state, { stream: false });
-    const answers: { runId: string; session: string; result: RecordResult }[] = [];
-    let stop = false;
-    let n = 0;
-    const worker = async (w: number) => {
-      while (!stop) {
-        const runId = `w${w}-${n++}`;
-        const session = `agent:main:r${w % 4}`;
-        const result = await recordEvent(clients.state, goal(session, runId), { ...quiet, timeoutMs: 1_000 });
-        answers.push({ runId, session, result });
-        if (result.status === "failed") await new Promise((r) => setTimeout(r, 20));
-      }
-    };
-    const workers = Array.from({ length: 16 }, (_, w) => worker(w));
+    const recorders = startRecorders(clients.state, { callers: 16, sessions: 4, tag: "r" });
+    const answers = recorders.answers;
     // Let some batches commit, then kill the service with calls in flight.
-    while (answers.filter((a) => a.result.status === "recorded").length < 300) await new Promise((r) => setTimeout(r, 10));
+    await recorders.untilRecorded(300);
     await proc.kill9();
     proc = await startServerProcess({ port, db });
-    const afterRestart = answers.length;
-    while (answers.slice(afterRestart).filter((a) => a.result.status === "recorded").length < 100) await new Promise((r) => setTimeout(r, 10));
-    stop = true;
-    await Promise.all(workers);
+    await recorders.untilRecorded(recorders.recorded() + 100);
+    await recorders.stop();
 
     const failed = answers.filter((a) => a.result.status === "failed");
     expect(failed.length).toBeGreaterThan(0); // the kill did hit calls
