@@ -296,23 +296,19 @@ class Coalescer {
   /** Calls that replace batches of a stream the service does not have (send never rejects). */
   private fallbackCalls: Promise<void> = Promise.resolve();
 
-  private readonly binary: boolean;
-
   /** `openStream`: the client's stream when its transport is binary (markBinaryStateClient), else undefined. */
   constructor(
     private readonly client: StateClient,
     private readonly limits: Required<CoalesceOptions>,
     private readonly openStream: OpenBatchChannel | undefined,
-  ) {
-    this.binary = openStream !== undefined;
-  }
+  ) {}
 
   record(event: EventInit, options: RecordOptions): Promise<RecordResult> {
     const logger = options.logger ?? stderrLogger;
     const timeoutMs = options.timeoutMs ?? DEFAULT_RECORD_TIMEOUT_MS;
     const started = performance.now();
     let wire: Uint8Array | undefined;
-    if (this.binary) {
+    if (this.openStream !== undefined) {
       try {
         wire = encodeEventInput(event, true) ?? lengthPrefixed(toBinary(EventInputSchema, create(EventInputSchema, event)));
       } catch (err) {
@@ -397,7 +393,7 @@ class Coalescer {
 
   /** Whether batches go over the stream: a binary client, streaming on, the service has the RPC. */
   private streaming(): boolean {
-    return this.binary && this.limits.stream && !this.streamMissing;
+    return this.openStream !== undefined && this.limits.stream && !this.streamMissing;
   }
 
   private maxInFlight(): number {
