@@ -10,10 +10,13 @@ import { create, toBinary } from "@bufbuild/protobuf";
 import { connect } from "@nats-io/transport-node";
 import { jetstream, jetstreamManager, StorageType } from "@nats-io/jetstream";
 import { Redis } from "ioredis";
-import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
-import { EventInputSchema } from "../gen/sessionstate/v1/state_pb.js";
-import { createGatewayClients } from "../src/client/clients.js";
-import { coalesceRecords, recordEvent, type EventInit } from "../src/client/recordEvent.js";
+// The Gateway's side as a Gateway runs it: the installed client package (its compiled dist,
+// through the workspace link), not src/client through tsx — tsx's transform wraps every
+// function it defines (esbuild's keepNames), which cost the record path about 30 % more
+// client CPU (docs/performance.md, round 20). `npm run bench` rebuilds the package when stale.
+import { coalesceRecords, createGatewayClients, recordEvent, type EventInit } from "@sessionstate/client";
+import { ActorType, EventKind } from "@sessionstate/client/v1/event";
+import { EventInputSchema } from "@sessionstate/client/v1/state";
 import type { UnaryLoadJob } from "./jobs.js";
 
 export const JETSTREAM_STREAM = "SESSIONSTATE_BENCH";

@@ -5,9 +5,9 @@
  *   node scripts/build.mjs              everything: server bundle, server declarations, client package
  *   node scripts/build.mjs server       only the server bundle (about a second)
  *   node scripts/build.mjs native       only the SQLite WAL library (dist/walcoalesce.so)
- *   node scripts/build.mjs --if-stale   the server bundle and the WAL library, only when one of
- *                                       their inputs changed since they were built (`npm start`
- *                                       and the test set-up)
+ *   node scripts/build.mjs --if-stale   the server bundle, the WAL library and the client package,
+ *                                       each only when one of its inputs changed since it was
+ *                                       built (`npm start`, the test set-up, the bench and the soak)
  *
  * The server ships as one CommonJS file, dist/sessionstate.cjs (src/cli/main.ts with every
  * dependency but the native better-sqlite3 inlined), which bin/sessionstate.js runs through
@@ -163,6 +163,28 @@ export function serverStale() {
   });
 }
 
+const CLIENT_DIST = join(ROOT, "packages/client/dist");
+/** Written last by a client build (outside dist/, so it is not packed): its time is the build's. */
+const CLIENT_STAMP = join(ROOT, "packages/client/.built");
+/** What the client package is compiled from (packages/client/tsconfig.build.json) and with. */
+function clientInputs() {
+  const under = (dir, keep) => readdirSync(join(ROOT, dir)).filter(keep).map((f) => join(dir, f));
+  return [
+    ...under("src/client", (f) => f.endsWith(".ts")),
+    ...under("gen/sessionstate/v1", (f) => f.endsWith("_pb.ts")),
+    "packages/client/package.json",
+    "packages/client/tsconfig.build.json",
+    ...BUILD_FILES,
+  ];
+}
+
+/** Whether the client package is missing or older than any file it is compiled from. */
+export function clientStale() {
+  if (!existsSync(CLIENT_STAMP)) return true;
+  const built = statSync(CLIENT_STAMP).mtimeMs;
+  return clientInputs().some((file) => statSync(join(ROOT, file)).mtimeMs > built);
+}
+
 function tsc(project) {
   const bin = join(ROOT, "node_modules/typescript/bin/tsc");
   return new Promise((resolve, reject) => {
@@ -176,9 +198,11 @@ export function buildDeclarations() {
   return tsc("tsconfig.build.json");
 }
 
-export function buildClient() {
-  rmSync(join(ROOT, "packages/client/dist"), { recursive: true, force: true });
-  return tsc("packages/client/tsconfig.build.json");
+export async function buildClient() {
+  rmSync(CLIENT_STAMP, { force: true });
+  rmSync(CLIENT_DIST, { recursive: true, force: true });
+  await tsc("packages/client/tsconfig.build.json");
+  writeFileSync(CLIENT_STAMP, "");
 }
 
 async function main(args) {
@@ -190,7 +214,10 @@ async function main(args) {
   };
   if (args.includes("--if-stale")) {
     if (nativeStale()) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
-    if (serverStale()) await step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer);
+    await Promise.all([
+      serverStale() && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
+      clientStale() && step(`client package ${relative(ROOT, CLIENT_DIST)}`, buildClient),
+    ]);
     return;
   }
   const only = args.filter((a) => !a.startsWith("-"));

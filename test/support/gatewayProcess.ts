@@ -3,32 +3,25 @@
  * package): commands go in on stdin, events come out on stdout, one JSON object per line.
  */
 import { execFileSync, spawn, type ChildProcess } from "node:child_process";
-import { existsSync, mkdirSync, readdirSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, rmSync } from "node:fs";
 import { join } from "node:path";
 import { ROOT } from "../faults/support/serverProcess.js";
+// @ts-expect-error: the build script is plain JavaScript without declarations.
+import { clientStale as clientStaleUntyped } from "../../scripts/build.mjs";
 
 export type GatewayEvent = { event: string } & Record<string, any>;
 
-const CLIENT_ENTRY = join(ROOT, "packages/client/dist/src/client/index.js");
 const LOCK = join(ROOT, "packages/client/.build-lock");
-
-/** Newest modification time of the files the client package is compiled from. */
-function newestSource(): number {
-  let newest = 0;
-  for (const dir of ["src/client", "gen/sessionstate/v1"]) {
-    for (const f of readdirSync(join(ROOT, dir))) newest = Math.max(newest, statSync(join(ROOT, dir, f)).mtimeMs);
-  }
-  return newest;
-}
+/** Whether the client package is missing or older than a file it is compiled from (the build's own check). */
+const clientStale = clientStaleUntyped as () => boolean;
 
 /**
  * Builds the client package (tsc, a few seconds) when a source is newer than it, so the
  * gateway runs what ships. Test files running in parallel take turns (a lock directory).
  */
 export async function buildClientPackage(): Promise<void> {
-  const stale = () => !existsSync(CLIENT_ENTRY) || statSync(CLIENT_ENTRY).mtimeMs < newestSource();
   const deadline = Date.now() + 120_000;
-  while (stale()) {
+  while (clientStale()) {
     try {
       mkdirSync(LOCK);
     } catch {
@@ -37,7 +30,7 @@ export async function buildClientPackage(): Promise<void> {
       continue;
     }
     try {
-      if (stale()) execFileSync(process.execPath, ["scripts/build.mjs", "client"], { cwd: ROOT, stdio: "ignore" });
+      if (clientStale()) execFileSync(process.execPath, ["scripts/build.mjs", "client"], { cwd: ROOT, stdio: "ignore" });
     } finally {
       rmSync(LOCK, { recursive: true, force: true });
     }
