@@ -180,7 +180,7 @@ function clientInputs() {
 
 /** Whether the client package is missing or older than any file it is compiled from. */
 export function clientStale() {
-  if (!existsSync(CLIENT_STAMP)) return true;
+  if (!existsSync(CLIENT_STAMP) || !existsSync(join(CLIENT_DIST, "src/client/index.js"))) return true;
   const built = statSync(CLIENT_STAMP).mtimeMs;
   return clientInputs().some((file) => statSync(join(ROOT, file)).mtimeMs > built);
 }
