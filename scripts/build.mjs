@@ -149,18 +149,21 @@ export function nativeStale() {
   return !existsSync(NATIVE_LIBRARY) || statSync(NATIVE_SOURCE).mtimeMs > statSync(NATIVE_LIBRARY).mtimeMs;
 }
 
-/** Whether the bundle is missing or older than any file it was made from. */
-export function serverStale() {
-  if (!existsSync(SERVER_BUNDLE) || !existsSync(INPUTS)) return true;
-  const built = statSync(SERVER_BUNDLE).mtimeMs;
-  const inputs = [...JSON.parse(readFileSync(INPUTS, "utf8")), ...BUILD_FILES];
+/** Whether any of `inputs` (paths under `root`) changed after `builtMs`; one that went away counts as changed. */
+export function changedSince(builtMs, inputs, root = ROOT) {
   return inputs.some((file) => {
     try {
-      return statSync(join(ROOT, file)).mtimeMs > built;
+      return statSync(join(root, file)).mtimeMs > builtMs;
     } catch {
       return true; // an input went away: rebuild
     }
   });
+}
+
+/** Whether the bundle is missing or older than any file it was made from. */
+export function serverStale() {
+  if (!existsSync(SERVER_BUNDLE) || !existsSync(INPUTS)) return true;
+  return changedSince(statSync(SERVER_BUNDLE).mtimeMs, [...JSON.parse(readFileSync(INPUTS, "utf8")), ...BUILD_FILES]);
 }
 
 const CLIENT_DIST = join(ROOT, "packages/client/dist");
@@ -181,8 +184,7 @@ function clientInputs() {
 /** Whether the client package is missing or older than any file it is compiled from. */
 export function clientStale() {
   if (!existsSync(CLIENT_STAMP) || !existsSync(join(CLIENT_DIST, "src/client/index.js"))) return true;
-  const built = statSync(CLIENT_STAMP).mtimeMs;
-  return clientInputs().some((file) => statSync(join(ROOT, file)).mtimeMs > built);
+  return changedSince(statSync(CLIENT_STAMP).mtimeMs, clientInputs());
 }
 
 function tsc(project) {

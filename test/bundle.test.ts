@@ -2,15 +2,17 @@
  * The shipped bundle (dist/sessionstate.cjs, rebuilt by the test set-up when stale) is ASCII
  * only, so V8 keeps its source as a one-byte string (scripts/build.mjs `asciiBundleChecked`).
  */
-import { readFileSync } from "node:fs";
+import { mkdtempSync, readFileSync, rmSync, utimesSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
 // @ts-expect-error: the build script is plain JavaScript without declarations.
-import { asciiBundleChecked } from "../scripts/build.mjs";
+import { asciiBundleChecked, changedSince as changedSinceUntyped } from "../scripts/build.mjs";
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const toAscii = asciiBundleChecked as (source: string) => Promise<string>;
+const changedSince = changedSinceUntyped as (builtMs: number, inputs: string[], root: string) => boolean;
 
 describe("the server bundle", () => {
   it("holds only ASCII bytes", () => {
@@ -39,5 +41,25 @@ describe("the server bundle", () => {
 
   it("stops the build on a non-ASCII character that is not only in a comment (a raw template's text)", async () => {
     await expect(toAscii("ok(); // fine — here\nconst raw = String.raw`a — b`;\n")).rejects.toThrow(/not only in a comment/);
+  });
+});
+
+describe("the build's staleness check (--if-stale: the server bundle and the client package)", () => {
+  it("rebuilds when an input is newer than the build or went away, and not otherwise", () => {
+    const dir = mkdtempSync(join(tmpdir(), "sessionstate-stale-"));
+    try {
+      const builtMs = Date.UTC(2026, 0, 1);
+      for (const [name, at] of [["old.ts", builtMs - 60_000], ["same.ts", builtMs]] as const) {
+        writeFileSync(join(dir, name), "");
+        utimesSync(join(dir, name), at / 1000, at / 1000);
+      }
+      expect(changedSince(builtMs, ["old.ts", "same.ts"], dir)).toBe(false);
+      writeFileSync(join(dir, "new.ts"), "");
+      utimesSync(join(dir, "new.ts"), (builtMs + 60_000) / 1000, (builtMs + 60_000) / 1000);
+      expect(changedSince(builtMs, ["old.ts", "new.ts"], dir)).toBe(true);
+      expect(changedSince(builtMs, ["old.ts", "gone.ts"], dir)).toBe(true);
+    } finally {
+      rmSync(dir, { recursive: true, force: true });
+    }
   });
 });
