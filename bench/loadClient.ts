@@ -34,7 +34,7 @@ import { benchTransport } from "./transport.js";
 import { NOTICES_PER_MESSAGE } from "../src/client/noticeSubscription.js";
 import { DEFAULT_RECEIVE_WINDOW_BYTES } from "../src/client/clients.js";
 
-/** A notify-eligible event of a realistic size (metadata only, as the SPEC requires). */
+/** A notify-eligible event of a realistic size (metadata only, as design §2.1 requires). */
 function goalChanged(sessionKey: string, actorId: string, n: number): MessageInitShape<typeof EventInputSchema> {
   return {
     session: { sessionKey },

@@ -1,5 +1,5 @@
 /**
- * Inter-session messages (SPEC §6), against startServer() over a temp SQLite file, one call
+ * Inter-session messages (design §6.1), against startServer() over a temp SQLite file, one call
  * at a time from this process, next to a no-op RPC measured the same way in the same run:
  *
  * - send → inbox: SendToSession (timeout 0) from main to an ops session, timed from the call

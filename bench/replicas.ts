@@ -1,5 +1,5 @@
 /**
- * Replicas on PostgreSQL (SPEC §7): three `serve` processes of the shipped artifact on one
+ * Replicas on PostgreSQL (design §7.2): three `serve` processes of the shipped artifact on one
  * fresh PostgreSQL database, driven from the separate load-client process. Side by side in
  * one run:
  *

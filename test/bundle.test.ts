@@ -23,14 +23,14 @@ describe("the server bundle", () => {
 
   it("escapes what esbuild leaves in comments, wherever the comment is, and leaves the code as it is", async () => {
     const source = [
-      "// SPEC §3.2 → one notice",
+      "// design §3.2 → one notice",
       "/* a — b",
       "   a block comment's line without a star ≤ */",
       'const s = "a\\u2014b"; // after — code',
       "f();",
     ].join("\n");
     expect((await toAscii(source)).split("\n")).toEqual([
-      "// SPEC \\u00a73.2 \\u2192 one notice",
+      "// design \\u00a73.2 \\u2192 one notice",
       "/* a \\u2014 b",
       "   a block comment's line without a star \\u2264 */",
       'const s = "a\\u2014b"; // after \\u2014 code',

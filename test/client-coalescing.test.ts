@@ -1,6 +1,6 @@
 /**
  * recordEvent coalesces concurrent calls on one client into shared AppendEvents calls
- * (SPEC §2.3: recording stays best effort; "acknowledged" still means committed). Real
+ * (design §2.3: recording stays best effort; "acknowledged" still means committed). Real
  * servers: the RPCs are counted by an interceptor on the client, and every answer is checked
  * against the log itself. Also: one caller's invalid event fails only that caller, dedupe keys,
  * the generic path (gRPC, and coalescing off), the hand-written EventInput encoder against

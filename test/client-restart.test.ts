@@ -140,7 +140,7 @@ describe("service killed with SIGKILL", () => {
     expect(JSON.parse(await second.line(logged("pending notices recovered")))).toMatchObject({ pending: 2, recovered: 1 });
 
     // The open subscription reconnects: the same two notices, not queued again. The one on A
-    // is re-frozen at its material mark (SPEC §3.1): the same text, a later notified sequence;
+    // is re-frozen at its material mark (design §3.6): the same text, a later notified sequence;
     // the one on B, with no activity since, is byte-identical.
     expect((await recovered)[0]).toEqual({ replayed: 2, queued: 0 });
     expect(received.map(([n]) => n.text).sort()).toEqual(texts);

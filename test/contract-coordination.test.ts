@@ -1,5 +1,5 @@
 /**
- * Contract tests of TaskService and DeliveryService (SPEC §6): every RPC through the
+ * Contract tests of TaskService and DeliveryService (design §6.3, §6.4): every RPC through the
  * generated clients over Connect, gRPC and gRPC-Web against the real server, each with a
  * valid request and a rejected one.
  */

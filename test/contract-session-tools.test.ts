@@ -1,5 +1,5 @@
 /**
- * Contract tests of the session-tool fields added for SPEC §4 completeness, through the
+ * Contract tests of the session-tool fields of design §4.4 and §4.5, through the
  * generated clients over Connect, gRPC and gRPC-Web: SpawnSession's options and answer, the
  * Session's spawn/sandbox/depth/tools fields, UpsertSession.sandboxed, GetStatus's "current",
  * model, active route, route context and usage, TranscriptMessage.usage and Watch's
@@ -78,7 +78,7 @@ describe.each(PROTOCOLS)("session-tool fields over %s", (protocol) => {
     expect(res.session?.sessionKey).toBe(main);
     expect(res.route?.active).toMatchObject(route);
     expect(res.usage).toMatchObject({ inputTokens: 10n, outputTokens: 2n, cacheReadTokens: 5n, contextTokens: 15n, totalTokens: 17n, backfilled: true });
-    // The child's run, registered by the spawn above (SPEC §6 task registry).
+    // The child's run, registered by the spawn above (design §6.3 task registry).
     expect(res.taskContext).toMatchObject({ activeCount: 1, recentFailureCount: 0, summary: "1 active · subagent running: contract task" });
     expect(await codeOf(c.state.getStatus({ session: { sessionKey: group } }))).toBe(Code.NotFound);
     await c.sessions.upsertSession({ session: { sessionKey: group }, kind: SessionKind.GROUP });

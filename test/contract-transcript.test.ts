@@ -77,7 +77,7 @@ describe.each(PROTOCOLS)("over %s", (protocol) => {
     expect(row.derivedTitle).toBe(`contract phrase ${protocol}`);
     expect(row.lastMessage?.messageId).toBe("a1");
     expect(row.messages.map((m) => m.messageId)).toEqual(["u1", "a1"]);
-    // message_limit above 20 is clamped (SPEC §4); a requester without a key is refused.
+    // message_limit above 20 is clamped (design §4.2); a requester without a key is refused.
     expect(await code(c.sessions.listSessions({ requester: requester(""), messageLimit: 21 }))).toBe(Code.InvalidArgument);
   });
 

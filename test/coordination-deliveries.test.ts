@@ -1,5 +1,5 @@
 /**
- * Delivery operations (SPEC §6, the conversations tool's turn) through the real server: a
+ * Delivery operations (design §6.4, the conversations tool's turn) through the real server: a
  * reservation stored before any transport I/O, idempotent on the operation id; completion
  * with a captured reply that never reaches a transcript; a Gateway process killed between
  * ReserveDelivery and CompleteDelivery whose restarted successor lists the pending

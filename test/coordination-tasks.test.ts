@@ -1,5 +1,5 @@
 /**
- * The task registry (SPEC §6, the subagents tool) through the real server and generated
+ * The task registry (design §6.3, the subagents tool) through the real server and generated
  * clients: spawn registers the child's run as a task, visible in ListTasks and in
  * session_status's task context; UpsertTask's rules; ListTasks under visibility, the recent
  * window (a moved service clock) and paging; CancelTask inside the tree the requester

@@ -1,10 +1,11 @@
 /**
  * The docs a newcomer reads stay true to the code: docs/configuration.md has one table row
  * per serve setting (config.ts SETTINGS: flag, environment variable, default) and no other,
- * and every relative link between README.md and docs/*.md reaches an existing file (and
- * heading, when it names one).
+ * every relative link between README.md and docs/ (decision records included) reaches an
+ * existing file (and heading, when it names one), and every "design §N.M" citation in the
+ * sources, tests, contract and docs names a section docs/design.md has.
  */
-import { existsSync, readdirSync, readFileSync } from "node:fs";
+import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { describe, expect, it } from "vitest";
@@ -66,7 +67,22 @@ function anchorsOf(markdown: string): Set<string> {
   return anchors;
 }
 
-const PAGES = ["README.md", ...readdirSync(join(ROOT, "docs")).filter((f) => f.endsWith(".md")).map((f) => `docs/${f}`)];
+/** Files under `dir` (relative to the root) whose names end in one of `extensions`, build output and dependencies left out. */
+function filesUnder(dir: string, extensions: readonly string[]): string[] {
+  const found: string[] = [];
+  const walk = (rel: string) => {
+    for (const name of readdirSync(join(ROOT, rel))) {
+      if (name === "node_modules" || name === "dist" || name.startsWith(".")) continue;
+      const path = `${rel}/${name}`;
+      if (statSync(join(ROOT, path)).isDirectory()) walk(path);
+      else if (extensions.some((e) => name.endsWith(e))) found.push(path);
+    }
+  };
+  walk(dir);
+  return found.sort();
+}
+
+const PAGES = ["README.md", ...filesUnder("docs", [".md"])];
 
 /** Relative links of a page (not http:, not mailto:), outside code blocks and spans. */
 function linksOf(page: string): string[] {
@@ -100,5 +116,57 @@ describe("links between README.md and docs/", () => {
       }
     }
     expect(broken).toEqual([]);
+  });
+});
+
+/**
+ * The sections of docs/design.md by number: `## 3. Title` is "3", `### 3.2 Title` is "3.2",
+ * each with its heading's anchor.
+ */
+function designSections(): Map<string, string> {
+  const sections = new Map<string, string>();
+  for (const line of read("docs/design.md").split("\n")) {
+    const heading = /^#{2,3}\s+((\d+(?:\.\d+)?)\.?\s.*)$/.exec(line);
+    if (heading) sections.set(heading[2]!, slug(heading[1]!));
+  }
+  return sections;
+}
+
+// Written with escapes so that this file's own text holds no citation.
+const SECTION_SIGN = "\u00a7";
+/** A citation: "design", the section sign and a number (3 or 3.2), then any sections listed after it (", ", " and " or a dash before each). */
+const CITATION = new RegExp(`design ${SECTION_SIGN}(\\d+(?:\\.\\d+)?)((?:(?:, | and |\u2013)${SECTION_SIGN}\\d+(?:\\.\\d+)?)*)`, "g");
+const CITED_TREES = ["src", "test", "bench", "proto", "docs", "examples", "clients", "gen"];
+const CITING_FILES = ["README.md", ...CITED_TREES.flatMap((dir) => filesUnder(dir, [".ts", ".mjs", ".js", ".py", ".proto", ".md", ".sh"]))];
+
+describe("citations of docs/design.md", () => {
+  it("every design §N.M citation names a section of docs/design.md, and docs links reach its heading", () => {
+    const sections = designSections();
+    expect(sections.size).toBeGreaterThan(20);
+    const broken: string[] = [];
+    let citations = 0;
+    for (const file of CITING_FILES) {
+      const lines = read(file).split("\n");
+      lines.forEach((line, i) => {
+        for (const m of line.matchAll(CITATION)) {
+          for (const n of [m[1]!, ...[...m[2]!.matchAll(/(\d+(?:\.\d+)?)/g)].map((x) => x[1]!)]) {
+            citations++;
+            if (!sections.has(n)) broken.push(`${file}:${i + 1}: design ${SECTION_SIGN}${n} is not a section of docs/design.md`);
+          }
+        }
+        // A linked citation's anchor is the heading of the section it names.
+        for (const m of line.matchAll(new RegExp(`\\[(?:design )?${SECTION_SIGN}(\\d+(?:\\.\\d+)?)\\]\\([^)#]*design\\.md#([^)]+)\\)`, "g"))) {
+          if (sections.has(m[1]!) && sections.get(m[1]!) !== m[2]) broken.push(`${file}:${i + 1}: ${SECTION_SIGN}${m[1]} links #${m[2]}, its heading is #${sections.get(m[1]!)}`);
+        }
+      });
+    }
+    expect(citations).toBeGreaterThan(200);
+    expect(broken).toEqual([]);
+  });
+
+  it("nothing cites the product spec, which is not in the repository", () => {
+    const spec = ["SPEC", SECTION_SIGN].join(" ");
+    const left = CITING_FILES.filter((file) => read(file).includes(spec));
+    expect(left, `files still citing "${spec}" instead of docs/design.md`).toEqual([]);
   });
 });

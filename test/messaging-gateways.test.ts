@@ -1,5 +1,5 @@
 /**
- * sessions_send across two Gateway processes (SPEC §6), end to end: a real server and two
+ * sessions_send across two Gateway processes (design §6.1), end to end: a real server and two
  * child processes running test/fixtures/gateway/gateway.mjs on the compiled client package —
  * one serves agent main, the other agent ops. Each Gateway reads its inbox with
  * InboxSubscription, runs a scripted turn for every message that expects a reply and answers

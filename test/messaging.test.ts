@@ -1,5 +1,5 @@
 /**
- * Inter-session messages (SPEC §4 sessions_send, §6) through the generated clients against a
+ * Inter-session messages (design §6.1) through the generated clients against a
  * real server, on every backend: routing, the receiving-prompt marking, the inbox (replay,
  * acks, no duplicates on a stream), waiting for the reply or timing out, the late reply, the
  * reply loop (REPLY_SKIP, the turn limit, failed turns) and watch: true.

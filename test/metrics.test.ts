@@ -120,7 +120,7 @@ describe("GET /metrics", () => {
     expect(during.get('sessionstate_rpc_in_flight{procedure="sessionstate.v1.WatchService/StreamNotices"}')).toBe(1);
     abort.abort();
     const acked = await gw.watch.ackNotices({ watcherSessionKey: "agent:main:main", acks: [{ targetSessionKey: "agent:main:subagent:child" }] });
-    // The two writes after the first arrived while the notice was pending: the ack opens one more (SPEC §3.2).
+    // The two writes after the first arrived while the notice was pending: the ack opens one more (design §3.2).
     expect(acked.results[0].reopened).toBeDefined();
     const after = (await scrape(t.url, SECRET.reader)).all;
     expect(after.get("sessionstate_notices_queued_total")).toBe(2);

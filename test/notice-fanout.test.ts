@@ -1,5 +1,5 @@
 /**
- * The fan-out of the one-notice protocol (SPEC §3.2) at scale, on each backend: a target with
+ * The fan-out of the one-notice protocol (design §3.2) at scale, on each backend: a target with
  * more watchers than one transaction freezes, later events while notices are pending (which
  * must cost no per-watcher work), a stop in the middle of a fan-out, restart re-freezing,
  * the watcher limit and the bare `global` key.

@@ -1,5 +1,5 @@
 /**
- * Retention's batches (SPEC §3.4) as each backend's store reads them — events, and idle cursors: whatever the rows'
+ * Retention's batches (design §3.4) as each backend's store reads them — events, and idle cursors: whatever the rows'
  * stamps — not in sequence order after a clock step across a restart — and whatever the
  * cutoffs, every batch holds only expired events, in sequence order, as many as the limit
  * allows, and batch after batch removes exactly the expired events. A small limit makes the

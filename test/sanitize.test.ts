@@ -4,7 +4,7 @@ import { sanitizeAssistantText, sanitizeUserText } from "../src/core/transcript/
 
 type Row = [name: string, input: string, expected: string];
 
-/** SPEC §4 "Examples of the normalisation" table, row by row. */
+/** The examples of design §4.2, row by row. */
 const specRows: Row[] = [
   ["spec: ASCII control tokens", "<|assistant|>Here is the answer<|end|>", "Here is the answer"],
   ["spec: full-width control token", "<｜begin▁of▁sentence｜>Hello world", "Hello world"],

@@ -76,7 +76,7 @@ describe("sessionstate serve", () => {
   });
 });
 
-describe("one process per SQLite file (SPEC §7)", () => {
+describe("one process per SQLite file (design §7.1)", () => {
   it("refuses a second serve on a file another live process serves: exit 2, the file, the holder's PID, PostgreSQL", async () => {
     const dir = tempDir();
     dirs.push(dir);

@@ -1,5 +1,5 @@
 /**
- * ListSessions triage enrichments (SPEC §4 sessions_list): derived titles, the last message
+ * ListSessions triage enrichments (design §4.2 sessions_list): derived titles, the last message
  * and the newest messages, tool results stripped, produced only for rows the requester may
  * see.
  */
@@ -73,7 +73,7 @@ describe("ListSessions enrichments", () => {
     expect(textOf(main.messages[1])).toBe("also API_TOKEN=abcdef…cdef please");
     const twenty = await t.sessions.listSessions({ messageLimit: 20 });
     expect(row(twenty, MAIN).messages.map((m) => m.messageId)).toEqual(["u1", "a1", "u2", "a3"]);
-    // Above 20 is clamped to 20, like the reference tool (SPEC §4: at most 20).
+    // Above 20 is clamped to 20, like the reference tool (design §4.2: at most 20).
     for (const messageLimit of [21, 4_000_000_000]) {
       expect(row(await t.sessions.listSessions({ messageLimit }), MAIN).messages.map((m) => m.messageId)).toEqual(["u1", "a1", "u2", "a3"]);
     }

@@ -1,5 +1,5 @@
 /**
- * The sessions tool's patch, the global group catalog and the model revert rule (SPEC §4)
+ * The sessions tool's patch, the global group catalog and the model revert rule (design §4.3)
  * through the real server.
  */
 import { Code, type Client } from "@connectrpc/connect";

@@ -1,5 +1,5 @@
 /**
- * The smaller session-tool rules of SPEC §4 through the real server: a thread-scoped key is
+ * The smaller session-tool rules of design §4 through the real server: a thread-scoped key is
  * refused as a watch target (naming the parent channel session), AppendMessages moves the
  * session's updatedAt so activeMinutes finds active sessions, and the visibility warning reads
  * as a sentence for every mode.

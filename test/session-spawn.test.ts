@@ -1,5 +1,5 @@
 /**
- * sessions_spawn (SPEC §4) through the real server: the spawn options with their defaults and
+ * sessions_spawn (design §4.5) through the real server: the spawn options with their defaults and
  * refusals, the child's first visible "[Subagent Task]" message, the run id returned at once,
  * the spawn depth limit (--max-spawn-depth), which session tools the session record grants at
  * each depth, and the sandbox a child inherits (which also clamps its requests' visibility).

@@ -1,5 +1,5 @@
 /**
- * session_status completeness (SPEC §4) through the real server: "current" and no session
+ * session_status completeness (design §4.4) through the real server: "current" and no session
  * name the requester's own session (also for GetSession, GetHistory and PatchSession, which
  * defaults to it); the route context (origin with the provider of a deliverable key prefix,
  * `active` only for the session being served now, the persisted delivery route); token and

@@ -1,5 +1,5 @@
 /**
- * A group session that main watches is readable from main (dmScope "main", SPEC §4 and
+ * A group session that main watches is readable from main (dmScope "main", design §4.1 and
  * docs/session-tools.md), through the real server. The agent's main session registers an
  * AMBIENT_GROUP watch on a group session of its own agent; under visibility TREE it may then
  * READ that group (list, get, history, search, status), but not change it (patch, a status

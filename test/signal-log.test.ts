@@ -1,5 +1,5 @@
 /**
- * Core rules of the signal log (SPEC §2, §3.3, §3.4) on a real database of each backend:
+ * Core rules of the signal log (design §2, §3.3, §3.4) on a real database of each backend:
  * sequences, heads, dedupe, occurredAt clamping, the human-turn gate, retention and exact
  * history gaps.
  */

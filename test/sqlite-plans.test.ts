@@ -1,5 +1,5 @@
 /**
- * Query plans the notice protocol depends on (SPEC §3.2: once a target's watchers have a
+ * Query plans the notice protocol depends on (design §3.2: once a target's watchers have a
  * notice pending, later events cost no per-watcher work). SQLite plans without statistics,
  * so a plan that reads every cursor of a target shows only under load (the bench's later
  * appends while 10,000 notices are pending): this test reads the plan itself.

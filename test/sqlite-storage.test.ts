@@ -1,5 +1,5 @@
 /**
- * What only the embedded backend has: its pragmas, and one serving process per file (SPEC §7;
+ * What only the embedded backend has: its pragmas, and one serving process per file (design §7.1;
  * the refusal of a second `serve` process is in server.test.ts).
  */
 import Database from "better-sqlite3";

@@ -8,7 +8,7 @@ import { describe, expect, it } from "vitest";
 import { agentIdOfKey, keyViolation } from "../src/core/keys.js";
 import { checkSummary, MAX_SUMMARY_CHARS, oneLineViolation } from "../src/core/validation.js";
 
-/** Each clause of the one-line rule on its own (SPEC: one-line text fields). */
+/** Each clause of the one-line rule on its own (design §1.1, docs/contract.md: one-line text fields). */
 function oneLineByClause(value: string): boolean {
   return (
     !/[\n\v\f\r\u0085\u2028\u2029]/u.test(value) &&

@@ -1,5 +1,5 @@
 /**
- * TranscriptService.AppendMessages and GetHistory through the real server (SPEC §4
+ * TranscriptService.AppendMessages and GetHistory through the real server (design §4.2
  * sessions_history): idempotent appends, tool filtering, sanitizing and redaction, the byte
  * budget and each flag on its own, paging (property: walking next_offset visits every visible
  * message exactly once), reset and delete, session ids in place of keys, and the recent
@@ -121,7 +121,7 @@ describe("GetHistory view", () => {
     expect(JSON.stringify(withTools.messages, (_k, v) => (typeof v === "bigint" ? String(v) : v))).not.toContain("private reasoning");
   });
 
-  it("sanitizes assistant text (SPEC §4 table) but keeps what a user typed", async () => {
+  it("sanitizes assistant text (design §4.2) but keeps what a user typed", async () => {
     const key = await freshSession();
     await append(
       key,

@@ -1,5 +1,5 @@
 /**
- * TranscriptService.Search through the real server (SPEC §4 sessions_search): exact phrase,
+ * TranscriptService.Search through the real server (design §4.2 sessions_search): exact phrase,
  * redacted snippets, secrets never findable, only visible user/assistant text after
  * sanitizing, bounded results, newest first, and an index that keeps up with appends.
  */

@@ -1,5 +1,5 @@
 /**
- * Catch-up (SPEC §5: a long row never blocks the cursor): rows whose first bytes already show
+ * Catch-up (design §5.4: a long row never blocks the cursor): rows whose first bytes already show
  * they are not a human turn are skimmed — passed over by a newline search within a separate
  * per-call budget — instead of being tokenized within the 1 MiB budget, so a 24 MiB tool
  * output followed by a human line is reported within two ticks. The scanner keeps one read

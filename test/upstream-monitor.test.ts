@@ -1,5 +1,5 @@
 /**
- * The service-side rules of upstream monitoring (SPEC §5, issue 5) on the real core over a
+ * The service-side rules of upstream monitoring (design §5.2, §5.3) on the real core over a
  * real SQLite file: links, self-echo, one event per check with `turns`, dedupe on retry,
  * marker committed only with its event, missing ×3, deferral while a run is active, and
  * which links are probed. Reports are built here as a Node would send them; the last block

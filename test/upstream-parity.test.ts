@@ -1,5 +1,5 @@
 /**
- * Upstream monitoring rules adopted from the reference system's own tests (SPEC §5), through a
+ * Upstream monitoring rules adopted from the reference system's own tests (design §5), through a
  * real server: this test plays the paired Node on a ConnectNode stream (test/support/
  * nodeStream.ts), so it decides exactly when each check is answered and what happens while
  * one runs.

@@ -1,5 +1,5 @@
 /**
- * Visibility (SPEC §4) through the real server: each mode × self / child / sibling /
+ * Visibility (design §4.1) through the real server: each mode × self / child / sibling /
  * other-agent target, for list, history, search, patch, get and status; sandbox clamping;
  * effective mode and warning on lists; denial messages naming the mode; session ids that
  * resolve only to visible sessions.
@@ -32,7 +32,7 @@ const MODES = [
   ["all", VisibilityMode.ALL],
 ] as const;
 
-/** The SPEC's table: which relation each mode lets the requester see. */
+/** Which relation each mode lets the requester see (design §4.1). */
 const EXPECTED: Record<(typeof MODES)[number][0], Record<Relation, boolean>> = {
   self: { self: true, child: false, sibling: false, "other-agent": false },
   tree: { self: true, child: true, sibling: false, "other-agent": false },

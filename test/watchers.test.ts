@@ -1,6 +1,6 @@
 /**
- * Watchers and the one-notice protocol (SPEC §3.1, §3.2) through the real server and the
- * generated clients: each bullet of the spec is a behaviour with its own test.
+ * Watchers and the one-notice protocol (design §3.1, §3.2) through the real server and the
+ * generated clients: each rule of design §3.1 and §3.2 is a behaviour with its own test.
  */
 import Database from "better-sqlite3";
 import { afterEach, beforeEach, describe, expect, it } from "vitest";
@@ -84,7 +84,7 @@ describe("implicit cursor on spawn", () => {
 });
 
 describe("one notice, not many", () => {
-  it("twenty rapid changes give one notice with the exact SPEC text", async () => {
+  it("twenty rapid changes give one notice with the exact text of design §3.2", async () => {
     const spawn = await spawnChild();
     const stream = subscribe({ agentId: "main" });
     await stream.ready();

@@ -47,7 +47,7 @@ export interface GatewayClients {
   watch: Client<typeof WatchService>;
   transcripts: Client<typeof TranscriptService>;
   upstream: Client<typeof UpstreamService>;
-  /** Inter-session messages and the inbox (SPEC §6). */
+  /** Inter-session messages and the inbox (design §6.1, §6.2). */
   messaging: Client<typeof MessagingService>;
   /** A client for any service descriptor (e.g. one added after this package) over the same connection. */
   client<S extends DescService>(service: S): Client<S>;

@@ -1,5 +1,5 @@
 /**
- * A Gateway's inbox (SPEC §6), over MessagingService.StreamInbox: inter-session messages to
+ * A Gateway's inbox (design §6.2), over MessagingService.StreamInbox: inter-session messages to
  * run, replies, and cancel requests for the agents (or sessions) it serves.
  *
  * - keeps one stream open, reconnecting with capped exponential backoff and jitter whenever

@@ -1,5 +1,5 @@
 /**
- * A Gateway's live view of the notices for its watchers (SPEC §3.2), over
+ * A Gateway's live view of the notices for its watchers (design §3.2), over
  * WatchService.StreamNotices:
  *
  * - keeps one stream open, reconnecting with capped exponential backoff and jitter whenever

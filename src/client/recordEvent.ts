@@ -1,5 +1,5 @@
 /**
- * Best-effort recording of signal-log events for a Gateway (SPEC §2.3): a failed append is
+ * Best-effort recording of signal-log events for a Gateway (design §2.3): a failed append is
  * logged as structured JSON and reported as a result, never thrown into the caller's turn.
  * Each call is bounded by a deadline, so a slow or unreachable service costs a turn at most
  * `timeoutMs`.

@@ -1,5 +1,5 @@
 /**
- * The cursor lifecycle of SPEC §3.1: how a watch begins, what it starts from, and how it
+ * The cursor lifecycle of design §3.1: how a watch begins, what it starts from, and how it
  * ends. (What a cursor does while it lives is the notice protocol, noticeProtocol.ts.)
  *
  * - Implicit: spawning a child seeds the parent's cursor at the child's `child_spawned`
@@ -132,7 +132,7 @@ export async function dropCursorsOfSession(ctx: WriteContext, session: SessionId
 export const CURSOR_SWEEP_SCAN = 5000;
 
 /**
- * Cursors untouched for the log's retention period expire (SPEC §3.4): the sweep, one short
+ * Cursors untouched for the log's retention period expire (design §3.4): the sweep, one short
  * transaction per CURSOR_SWEEP_SCAN cursors, the event loop free between them.
  */
 export async function expireIdleCursors(store: WatchableStore, updatedBefore: number): Promise<number> {

@@ -1,12 +1,12 @@
 /**
- * Events never change once written and their sequences are never reused (SPEC §2.1), so a
+ * Events never change once written and their sequences are never reused (design §2.1, §2.2), so a
  * read of the log needs only the sequences from the database (an index-only read) and can
  * take the events themselves from memory. The cache holds the events reads fetched (the
  * newest `capacity` of them) and, apart, the newest appended ones; it is safe with replicas:
  * an event another process appended is simply read from the database the first time.
  *
  * Appended events are kept in a small ring of their own: they are read soon if at all (a
- * watcher reconciling after its notice, SPEC §3), and at high append rates a cache that kept
+ * watcher reconciling after its notice, design §3.3), and at high append rates a cache that kept
  * every appended event for as long as 20,000 others came in held each one past the young
  * generation of the garbage collector, which then copied, promoted and later swept every event
  * (docs/performance.md, round 18).

@@ -1,7 +1,7 @@
 import { invalidArgument } from "./errors.js";
 import { PRINTABLE_ASCII, checkBytes, codePointName, oneLineViolation } from "./validation.js";
 
-/** A session's identity: the key plus the agent that owns it (SPEC §1). */
+/** A session's identity: the key plus the agent that owns it (design §1.1). */
 export interface SessionId {
   agentId: string;
   sessionKey: string;
@@ -17,7 +17,7 @@ const AGENT_ID = /^[A-Za-z0-9_.-]{1,64}$/;
 const AGENT_PREFIX = "agent:";
 /**
  * The key rule: one-line text (validation.ts) and, because a key is an identity that people
- * and models read (it is quoted in the notice text, SPEC §3.2), nothing that hides what it is:
+ * and models read (it is quoted in the notice text, design §3.2), nothing that hides what it is:
  * - no invisible format characters (Unicode Cf: zero-width space/joiner/non-joiner U+200B–
  *   U+200D, word joiner U+2060, soft hyphen U+00AD, …), so two keys never look alike;
  * - no whitespace but the plain space U+0020 (no no-break or ideographic spaces), and no
@@ -47,7 +47,7 @@ export function isAgentQualified(sessionKey: string): boolean {
   return agentIdOfKey(sessionKey) !== undefined;
 }
 
-/** Subagent and ACP children are woken at their next turn, not at once (SPEC §3.2). */
+/** Subagent and ACP children are woken at their next turn, not at once (design §3.2). */
 export function isNestedSessionKey(sessionKey: string): boolean {
   return /:(subagent|acp):/.test(sessionKey);
 }
@@ -75,7 +75,7 @@ export function checkSessionKey(field: string, sessionKey: string): string {
   return sessionKey;
 }
 
-/** An actor id: empty (none) or the session key of the agent actor (SPEC §2.1), so the key rule. */
+/** An actor id: empty (none) or the session key of the agent actor (design §2.1), so the key rule. */
 export function checkActorId(field: string, actorId: string): string {
   return actorId === "" ? actorId : checkSessionKey(field, actorId);
 }
@@ -124,13 +124,13 @@ export function resolveSession(fields: SessionFields, sessionKey: string, agentI
   return { agentId: checkAgentId(field.agent, agentId), sessionKey };
 }
 
-/** The key that names the requester's own session in the session tools (SPEC §4 session_status). */
+/** The key that names the requester's own session in the session tools (design §4.4 session_status). */
 export const CURRENT_SESSION = "current";
 
 const THREAD_MARK = ":thread:";
 
 /**
- * The parent channel session of a thread-scoped key (`…:thread:<id>`, SPEC §1), or undefined
+ * The parent channel session of a thread-scoped key (`…:thread:<id>`, design §1.2), or undefined
  * when the key is not thread-scoped.
  */
 export function threadParentKey(sessionKey: string): string | undefined {
@@ -139,7 +139,7 @@ export function threadParentKey(sessionKey: string): string | undefined {
   return sessionKey.slice(0, at);
 }
 
-/** Thread-scoped keys are refused as targets (SPEC §4 sessions_send): INVALID_ARGUMENT naming the parent to use. */
+/** Thread-scoped keys are refused as targets (design §1.2): INVALID_ARGUMENT naming the parent to use. */
 export function checkNotThreadScoped(field: string, sessionKey: string): void {
   const parent = threadParentKey(sessionKey);
   if (parent !== undefined) {
@@ -147,7 +147,7 @@ export function checkNotThreadScoped(field: string, sessionKey: string): void {
   }
 }
 
-/** A watcher must be an agent-qualified session key (SPEC §3.1). */
+/** A watcher must be an agent-qualified session key (design §3.1). */
 export function watcherAgentId(watcherKey: string): string | undefined {
   return agentIdOfKey(watcherKey);
 }

@@ -18,7 +18,7 @@ export const EVENT_KINDS = [
 ] as const;
 export type EventKind = (typeof EVENT_KINDS)[number];
 
-/** Kinds that raise a watcher's material mark and so can cause a notice (SPEC §2.1). */
+/** Kinds that raise a watcher's material mark and so can cause a notice (design §2.1). */
 export const NOTIFY_KINDS = ["human_direct_message", "goal_changed", "upstream_missing"] as const satisfies readonly EventKind[];
 export const NOTIFY_ELIGIBLE: ReadonlySet<EventKind> = new Set(NOTIFY_KINDS);
 
@@ -76,13 +76,13 @@ export interface ChangesPage {
   historyGap: boolean;
 }
 
-/** A session's durable head (SPEC §2.2, §3.3). */
+/** A session's durable head (design §2.2, §3.3). */
 export interface SessionHead {
   /** The highest sequence in the session's log; never decreases, survives pruning. */
   stateVersion: number;
   /** The highest sequence of this session that pruning removed (the exact history-gap mark). */
   prunedThrough: number;
-  /** The highest notify-eligible sequence, and the actor that caused it (the fan-out's mark, SPEC §3.2). */
+  /** The highest notify-eligible sequence, and the actor that caused it (the fan-out's mark, design §3.2). */
   materialThrough: number;
   materialActor: string;
   /**
@@ -117,7 +117,7 @@ export interface SpawnInfo {
   runId: string;
 }
 
-/** The session tools a Gateway offers a model (SPEC §4), in their proto order. */
+/** The session tools a Gateway offers a model (design §4.5), in their proto order. */
 export const SESSION_TOOLS = [
   "sessions_list",
   "sessions_history",

@@ -1,5 +1,5 @@
 /**
- * The one-notice protocol of SPEC §3.2.
+ * The one-notice protocol of design §3.2.
  *
  * A notice is pending exactly when a cursor's `notified > lastSeen`; its text depends only
  * on the target and `lastSeen`, so it stays byte-identical while pending and is recomputed
@@ -168,7 +168,7 @@ export interface AckOutcome {
   reopened?: Notice;
 }
 
-/** The watcher drained the notice on `target` (SPEC §3.2 "Ack on drain, reopen only for intervening activity"). */
+/** The watcher drained the notice on `target` (design §3.2, ack on drain). */
 export async function ackNotice(ctx: WriteContext, watcherKey: string, ack: AckInput): Promise<AckOutcome> {
   const cursor = await ctx.tx.cursors.cursor(watcherKey, ack.target);
   if (!cursor) return { target: ack.target, acked: false, lastSeen: 0 };
@@ -231,7 +231,7 @@ export async function pendingNotices(tx: Tx, selector: WatcherSelector): Promise
 }
 
 /**
- * Start-up (SPEC §3.1): each pending notice is re-frozen at its cursor's material mark, so
+ * Start-up (design §3.6): each pending notice is re-frozen at its cursor's material mark, so
  * the ack opens no follow-up for activity that arrived before the restart (the text stays
  * the same: it depends only on last seen). Returns how many cursors moved.
  */

@@ -1,5 +1,5 @@
 /**
- * What a committing replica tells the others about new notices (SPEC §7): for each watcher
+ * What a committing replica tells the others about new notices (design §7.2): for each watcher
  * agent and target, the range of watcher keys whose cursors it changed. A woken replica
  * re-reads just those pending cursors for its subscribers — a fan-out step of 500 watchers
  * costs the receiver 500 rows, not every pending cursor of the agent. Keys only, never the

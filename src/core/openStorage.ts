@@ -1,6 +1,6 @@
 /**
  * Picks the backend from the `--db` value: a postgres:// (or postgresql://) URL selects
- * PostgreSQL, for replicas (SPEC §7); anything else is the path of the embedded SQLite
+ * PostgreSQL, for replicas (design §7.2); anything else is the path of the embedded SQLite
  * file, the default.
  */
 import { openSqliteStorage, type Synchronous } from "./sqlite/database.js";

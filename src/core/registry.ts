@@ -1,5 +1,5 @@
 /**
- * The session registry (SPEC §1, §4): registering and patching a session, spawning a child,
+ * The session registry (design §1, §4): registering and patching a session, spawning a child,
  * resetting and deleting. Units of work over the backend's rows; validation of the request
  * fields happens before (sessionState.ts).
  */
@@ -130,7 +130,7 @@ export async function upsertSession(ctx: WriteContext, session: SessionId, patch
 }
 
 /**
- * Spawns (or re-spawns) a child under a registered parent (SPEC §3.1, §4): the depth limit and
+ * Spawns (or re-spawns) a child under a registered parent (design §3.1, §4.5): the depth limit and
  * sandbox rules first; then the child's row with its spawn options, its `child_spawned`
  * event, the parent's implicit cursor at that event, the child's first visible
  * "[Subagent Task]" message, and the task registration — all in this one transaction. Never
@@ -216,7 +216,7 @@ export async function spawnSession(ctx: WriteContext, input: SpawnInput): Promis
 }
 
 /**
- * The record with its spawn depth and the session tools its model gets (SPEC §4): derived on
+ * The record with its spawn depth and the session tools its model gets (design §4.5): derived on
  * every read from the live parent chain and the service's limit, never stored.
  */
 export async function withSpawnGrants(tx: Tx, record: SessionRecord, maxSpawnDepth: number): Promise<SessionRecord> {

@@ -1,5 +1,5 @@
 /**
- * The service clock (SPEC §2.1: cursors, heads and pruning use the service's own clock),
+ * The service clock (design §2.5: cursors, heads and pruning use the service's own clock),
  * hardened against steps of the wall clock within a running process.
  *
  * - `now()` never runs backwards: after a backwards step it holds at the highest time it

@@ -1,6 +1,6 @@
 /**
  * The domain entry point of the signal log, the registry and the watches: validates each
- * request against the SPEC, then runs the unit of work of the module that owns the rule
+ * request against the rules (docs/design.md), then runs the unit of work of the module that owns the rule
  * (signalLog.ts, registry.ts, cursors.ts, noticeProtocol.ts) through the watchable store,
  * which publishes the notices after commit. Transport-free; the Connect handlers and the
  * CLI both sit on top of it.
@@ -162,7 +162,7 @@ export interface SpawnRequest {
   runId: string;
   channel: string;
   dedupeKey: string;
-  /** The spawn options (SPEC §4 sessions_spawn); absent fields take their defaults. */
+  /** The spawn options (design §4.5 sessions_spawn); absent fields take their defaults. */
   runtime?: SpawnRuntime;
   thinkingLevel?: ThinkingLevel;
   thread?: boolean;
@@ -201,7 +201,7 @@ export interface SessionStateOptions {
    */
   monotonic?: () => number;
   retention?: RetentionPolicy;
-  /** Most cursors one target may have (SPEC §3.1 explicit watches); default 10,000. */
+  /** Most cursors one target may have (design §3.1 explicit watches); default 10,000. */
   maxWatchersPerTarget?: number;
   /** Where the domain figures go (src/core/metrics.ts); default nowhere. */
   metrics?: CoreMetrics;
@@ -252,7 +252,7 @@ export class SessionState {
     this.registerSpawnedTask = options.registerSpawnedTask ?? registerNoTask;
   }
 
-  /** The record with its spawn depth and session tools (SPEC §4), as every entry point returns it. */
+  /** The record with its spawn depth and session tools (design §4.5), as every entry point returns it. */
   async describe(record: SessionRecord): Promise<SessionRecord> {
     return this.store.read((tx) => withSpawnGrants(tx, record, this.maxSpawnDepth));
   }
@@ -351,7 +351,7 @@ export class SessionState {
   }
 
   /**
-   * Retention (SPEC §3.4): events past the age or row limit go in short batches, each
+   * Retention (design §3.4): events past the age or row limit go in short batches, each
    * session's pruned mark raised first; then idle cursors expire, in short batches too.
    */
   async pruneSignalLog(): Promise<PruneReport> {
@@ -405,7 +405,7 @@ export class SessionState {
   }
 
   /**
-   * sessions_spawn (SPEC §3.1, §4). `draft` turns the child's "[Subagent Task]" message into
+   * sessions_spawn (design §3.1, §4.5). `draft` turns the child's "[Subagent Task]" message into
    * what the transcript stores; the session tools pass one with the service's redactor
    * (SessionTools.spawnSession), the default uses the built-in redaction rules. Returns at
    * once: the spawn never waits for the child's run.
@@ -476,7 +476,7 @@ export class SessionState {
   /**
    * Explicit watch (sessions_send with watch: true), starting at the target's current head; or
    * an ambient-group watch of an agent's main session on a group session of its own agent.
-   * A thread-scoped target is refused (SPEC §4): watch the parent channel session instead.
+   * A thread-scoped target is refused (design §1.2): watch the parent channel session instead.
    */
   async watch(
     watcherKey: string,
@@ -608,7 +608,7 @@ export class SessionState {
   }
 
   /**
-   * Start-up (SPEC §3.1, §3.2 restart recovery): re-freeze pending notices at their material
+   * Start-up (design §3.6): re-freeze pending notices at their material
    * marks, then finish the fan-outs a stop cut short. Pending notices themselves are durable
    * in the cursors; subscribers get them again when they (re)subscribe.
    */

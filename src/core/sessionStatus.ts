@@ -1,5 +1,5 @@
 /**
- * What session_status adds to the signal log's head (SPEC §4): the route context (origin,
+ * What session_status adds to the signal log's head (design §4.4): the route context (origin,
  * the live run's route, the persisted delivery route), token and cache counters backfilled
  * from the transcript, the model override's "default" sentinel, and the place where the task
  * registry's linked task context comes in. Pure rules, plus the read that gathers them.
@@ -101,7 +101,7 @@ export async function newestUsageOf(tx: Tx, record: SessionRecord): Promise<{ se
   return transcript && tx.transcripts.newestUsage(transcript.id);
 }
 
-/** Background tasks linked to a session (SPEC §6), as session_status shows them. */
+/** Background tasks linked to a session (design §6.3), as session_status shows them. */
 export interface LinkedTaskContext {
   activeCount: number;
   recentFailureCount: number;

@@ -1,5 +1,5 @@
 /**
- * The domain entry point of the Gateway's session tools (SPEC §4): transcripts
+ * The domain entry point of the Gateway's session tools (design §4): transcripts
  * (sessions_history, sessions_search), visibility-scoped listing and status, patch, the
  * group catalog and the model revert rule. Validates, applies visibility, calls the stores
  * and shapes the bounded views. Transport-free, like SessionState, which it builds on.
@@ -131,7 +131,7 @@ export interface SessionToolsOptions {
   state: SessionState;
   /** Credential redaction for every returned text; default: the built-in rules. */
   redactor?: Redactor;
-  /** session_status's linked task context (the task registry, SPEC §6); default: none. */
+  /** session_status's linked task context (the task registry, design §6.3); default: none. */
   linkedTasks?: LinkedTaskSource;
 }
 
@@ -232,7 +232,7 @@ export class SessionTools {
     return found;
   }
 
-  /** A session named by key; "current" is the requester's own (SPEC §4 session_status). */
+  /** A session named by key; "current" is the requester's own (design §4.4 session_status). */
   private namedSession(viewer: Viewer, ref: Ref): SessionId {
     if (ref.sessionKey !== CURRENT_SESSION) return resolveSession("session", ref.sessionKey, ref.agentId);
     if (viewer.kind === "operator") {
@@ -342,7 +342,7 @@ export class SessionTools {
   }
 
   /**
-   * session_status (SPEC §4) under visibility: the requester must see the session (and, to set
+   * session_status (design §4.4) under visibility: the requester must see the session (and, to set
    * its model, may change it). "current" or no session = the requester's own. Adds the route
    * context, the token counters and the linked task context to the head and delta.
    */
@@ -385,7 +385,7 @@ export class SessionTools {
   // ---- Spawn ----------------------------------------------------------------------------------
 
   /**
-   * sessions_spawn (SPEC §4): the registry's spawn with the child's "[Subagent Task]" message
+   * sessions_spawn (design §4.5): the registry's spawn with the child's "[Subagent Task]" message
    * indexed through the service's redactor. Returns at once with the child's run id and key.
    */
   async spawnSession(request: SpawnRequest): Promise<SpawnOutcome> {
@@ -397,7 +397,7 @@ export class SessionTools {
   async patchSession(requester: RequesterRequest | undefined, target: TargetRequest, request: PatchRequest): Promise<PatchResult> {
     const patch = checkSettingsPatch(request);
     const viewer = await this.viewer(requester);
-    // With only a requester, the patch is of the requester's own session (SPEC §4).
+    // With only a requester, the patch is of the requester's own session (design §4.4).
     const transcript = await this.resolveTarget(viewer, target, "write", true);
     const chooser = request.chooser ?? (viewer.kind === "operator" ? "human" : "agent");
     const { session, selection } = await this.settings.patchSession(transcript.session, patch, chooser);

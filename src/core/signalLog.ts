@@ -1,5 +1,5 @@
 /**
- * The signal log (SPEC §2, §3.3, §3.4): how an event is appended, how the delta is read, and
+ * The signal log (design §2, §3.3, §3.4): how an event is appended, how the delta is read, and
  * what retention removes. Every backend runs these same rules against its rows.
  */
 import { sessionIdKey, type SessionId } from "./keys.js";
@@ -88,14 +88,14 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
   // Awaited only when a promise: this runs once per event (isPromise).
   const known = heads ? heads.get(tx, draft.session) : tx.log.head(draft.session);
   const head = isPromise(known) ? await known : known;
-  // Dedupe: the same key returns the existing event and changes nothing (SPEC §2.1).
+  // Dedupe: the same key returns the existing event and changes nothing (design §2.4).
   if (draft.dedupeKey !== undefined) {
     const earlier = await tx.log.eventByDedupe(draft.session, draft.dedupeKey);
     if (earlier) {
       return { sequence: earlier.sequence, stateVersion: head?.stateVersion ?? earlier.sequence, duplicate: true, recorded: true, reason: "" };
     }
   }
-  // Only a direct human turn may go unrecorded (SPEC §2.1: events of sessions somebody watches).
+  // Only a direct human turn may go unrecorded (design §2.1: events of sessions somebody watches).
   if (draft.kind === "human_direct_message" && !(await somebodyCouldCare(tx, draft))) {
     return { sequence: 0, stateVersion: head?.stateVersion ?? 0, duplicate: false, recorded: false, reason: "human_direct_message on a session with no parent and no watcher" };
   }
@@ -104,7 +104,7 @@ export async function appendEvent(ctx: WriteContext, draft: EventDraft, heads?: 
   const next: SessionHead = { ...(head ?? EMPTY_HEAD), stateVersion: Math.max(head?.stateVersion ?? 0, sequence) };
   const material = NOTIFY_ELIGIBLE.has(draft.kind);
   if (material) {
-    // The previous mark becomes the "other actor" mark when the actor changes (SPEC §3.2 self-suppression).
+    // The previous mark becomes the "other actor" mark when the actor changes (design §3.2 self-suppression).
     if (draft.actorId !== next.materialActor) next.materialOtherThrough = next.materialThrough;
     next.materialThrough = sequence;
     next.materialActor = draft.actorId;

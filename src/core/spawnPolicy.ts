@@ -1,5 +1,5 @@
 /**
- * The rules of sessions_spawn (SPEC §4) as pure functions: the defaults and refusals of the
+ * The rules of sessions_spawn (design §4.5) as pure functions: the defaults and refusals of the
  * spawn options, the spawn depth limit, the sandbox a child gets, the child's first visible
  * "[Subagent Task]" message, and which session tools a session's model gets at its depth.
  * The spawn's unit of work (registry.ts) applies them in one transaction.

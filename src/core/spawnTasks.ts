@@ -1,6 +1,5 @@
 /**
- * Where a spawn registers its background task with the task registry (SPEC §4 "spawn
- * registers the task", SPEC §6 task registry).
+ * Where a spawn registers its background task with the task registry (design §4.5, §6.3).
  *
  * The spawn's unit of work calls the hook inside its own transaction, after the child, its
  * child_spawned event and its "[Subagent Task]" message are written, so the task exists

@@ -1,7 +1,7 @@
 /**
  * The storage contract every backend implements (SQLite embedded, PostgreSQL for replicas).
  *
- * A backend only loads and saves rows. Every rule of the SPEC — dedupe, the human-turn gate,
+ * A backend only loads and saves rows. Every rule of docs/design.md — dedupe, the human-turn gate,
  * the cursor lifecycle, self-suppression, the one-notice protocol, retention, transcripts,
  * settings, upstream links — lives in src/core and runs against these row operations inside
  * one transaction, so both backends behave the same by construction (the store conformance
@@ -68,7 +68,7 @@ export interface Storage {
   readonly backend: Backend;
   /**
    * Whether other service processes share this database and hear `Tx.announce` (replicas on
-   * PostgreSQL, SPEC §7). The embedded backend has one serving process, so what only they
+   * PostgreSQL, design §7.2). The embedded backend has one serving process, so what only they
    * would read (the notice wake-up slices) is not worked out there.
    */
   readonly sharedWithOtherProcesses: boolean;
@@ -139,9 +139,9 @@ export interface Tx {
   announce(topic: string, keys: readonly string[]): Awaitable<void>;
 }
 
-// ---- Signal log (SPEC §2, §3.3, §3.4) ---------------------------------------------------------
+// ---- Signal log (design §2, §3.3, §3.4) ---------------------------------------------------------
 
-/** What a delta read takes from the log (SPEC §3.3). */
+/** What a delta read takes from the log (design §3.3). */
 export interface ChangesWindow {
   head: SessionHead | undefined;
   /** The lowest sequence still in the session's log; 0 when it holds none. */
@@ -186,7 +186,7 @@ export interface SignalLogRows {
   deleteEvents(sequences: readonly number[]): Awaitable<void>;
 }
 
-// ---- Session registry (SPEC §1, §4) -----------------------------------------------------------
+// ---- Session registry (design §1, §4) -----------------------------------------------------------
 
 /** Every stored column of a session row (children and stateVersion are derived). */
 export interface SessionFields {
@@ -237,7 +237,7 @@ export interface RegistryRows {
   findSessionId(sessionId: string): Awaitable<TranscriptRef | undefined>;
 }
 
-// ---- Watch cursors (SPEC §3.1, §3.2) ------------------------------------------------------------
+// ---- Watch cursors (design §3.1, §3.2) ------------------------------------------------------------
 
 /** A cursor's primary key. */
 export interface CursorKey {
@@ -261,7 +261,7 @@ export interface CursorSweepStep {
 
 export type WatcherSelector = { agentId: string } | { watcherKeys: string[] };
 
-/** What a fan-out reads of an idle cursor: no more than it needs to freeze it (SPEC §3.2). */
+/** What a fan-out reads of an idle cursor: no more than it needs to freeze it (design §3.2). */
 export interface IdleCursor {
   watcherKey: string;
   lastSeen: number;
@@ -319,7 +319,7 @@ export interface CursorRows {
   expireCursors(updatedBefore: number, after: CursorKey | undefined, scan: number): Awaitable<CursorSweepStep>;
 }
 
-// ---- Transcripts (SPEC §4 sessions_history / sessions_search) -----------------------------------
+// ---- Transcripts (design §4.2 sessions_history / sessions_search) -----------------------------------
 
 export interface TranscriptRow {
   id: number;
@@ -356,7 +356,7 @@ export interface TranscriptRows {
   deleteTranscriptsOf(session: SessionId): Awaitable<void>;
 }
 
-// ---- Settings (SPEC §4 sessions patch, groups, model revert) ----------------------------------------
+// ---- Settings (design §4.3 sessions patch, groups, model revert) ----------------------------------------
 
 export interface SettingsRows {
   selection(session: SessionId): Awaitable<ModelSelection | undefined>;
@@ -367,7 +367,7 @@ export interface SettingsRows {
   putGroupCatalog(catalog: GroupCatalog, updatedAt: number): Awaitable<void>;
 }
 
-// ---- Upstream links (SPEC §5) ----------------------------------------------------------------------
+// ---- Upstream links (design §5) ----------------------------------------------------------------------
 
 export interface LinkRowChange {
   nodeId: string;
@@ -420,7 +420,7 @@ export interface CheckAssignmentRow {
   sentAt?: number;
 }
 
-// ---- Inboxes and inter-session messages (SPEC §6) -------------------------------------------------
+// ---- Inboxes and inter-session messages (design §6.1, §6.2) -------------------------------------------------
 
 /** One queued inbox item; `body` is the item's payload as the core encodes it (JSON). */
 export interface InboxRow {
@@ -460,7 +460,7 @@ export interface MessagingRows {
   deleteEndedExchanges(updatedBefore: number, limit: number): Awaitable<number>;
 }
 
-// ---- Task registry (SPEC §6) -------------------------------------------------------------------------
+// ---- Task registry (design §6.3) -------------------------------------------------------------------------
 
 export interface TaskRows {
   task(taskId: string): Awaitable<TaskRecord | undefined>;
@@ -481,7 +481,7 @@ export interface TaskRows {
   pruneEndedTasks(endedBefore: number, limit: number): Awaitable<number>;
 }
 
-// ---- Delivery operations (SPEC §6) ---------------------------------------------------------------------
+// ---- Delivery operations (design §6.4) ---------------------------------------------------------------------
 
 export interface DeliveryRows {
   delivery(agentId: string, operationId: string): Awaitable<DeliveryRecord | undefined>;

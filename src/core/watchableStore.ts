@@ -6,7 +6,7 @@
  * - a unit of work runs against the backend's rows inside one transaction and queues the
  *   notices its cursor transitions produced (noticeProtocol.ts);
  * - before the commit, other service processes are told which agents have news (a wake-up,
- *   never the notice itself: the cursor rows are the truth, SPEC §7);
+ *   never the notice itself: the cursor rows are the truth, design §7.2);
  * - after the commit, `publish` hands the notices to this process's subscribers, and a
  *   fan-out the unit left unfinished (a target with more idle watchers than one unit
  *   freezes) goes on in short transactions of its own.

@@ -1,5 +1,5 @@
 /**
- * The bound on watchers per target (SPEC §3.1 explicit watches). The first notify-eligible
+ * The bound on watchers per target (design §3.1 explicit watches). The first notify-eligible
  * event after a quiet spell freezes a notice on every idle cursor of its target, so an
  * unbounded number of watchers makes that fan-out unboundedly long. Explicit watches beyond the bound are
  * refused; re-registering an existing watch never is (it changes nothing). The implicit

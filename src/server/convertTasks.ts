@@ -1,4 +1,4 @@
-/** Mapping between the task registry's and delivery operations' messages and the core's records (SPEC §6). */
+/** Mapping between the task registry's and delivery operations' messages and the core's records (design §6.3, §6.4). */
 import { create } from "@bufbuild/protobuf";
 import { timestampFromMs } from "@bufbuild/protobuf/wkt";
 import type { DeliveryRecord, DeliveryState } from "../core/coordination/deliveryModel.js";

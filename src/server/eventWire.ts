@@ -1,5 +1,5 @@
 /**
- * Events never change once written (SPEC §2.1), so each is encoded to protobuf once and its
+ * Events never change once written (design §2.1), so each is encoded to protobuf once and its
  * bytes are kept: a binary GetStatus answer is assembled from those bytes instead of
  * converting and encoding the same events again on every read. The assembled delta rides in
  * the response as an unknown field with the number of `state_changes`, which protobuf writes

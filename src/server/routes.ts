@@ -30,7 +30,7 @@ import type { BinaryRoutes } from "./http/rpcHandler.js";
 /** The sessionstate.v1 services, in the order reflection lists them. */
 export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService, MessagingService, TaskService, DeliveryService] as const;
 
-/** The task registry and delivery operations (SPEC §6). */
+/** The task registry and delivery operations (design §6.3, §6.4). */
 export interface CoordinationRoutes {
   tasks: TaskRegistry;
   deliveries: Deliveries;

@@ -99,7 +99,7 @@ export interface ServerOptions {
   maxSendTimeoutSeconds?: number;
   /** Largest inter-session message or reply text, in bytes; default 64 KiB. */
   maxMessageBytes?: number;
-  /** Interval of the upstream monitor (SPEC §5); default 10 s. */
+  /** Interval of the upstream monitor (design §5.1); default 10 s. */
   upstreamIntervalMs?: number;
   /** Transcript root of the local catalog (links with an empty node_id). Absent = none. */
   upstreamRoot?: string;
@@ -152,7 +152,7 @@ export interface RunningServer {
   readonly core: SessionState;
   /** The session tools (transcripts, visibility, patch, groups) over the same database. */
   readonly tools: SessionTools;
-  /** Inter-session messages and the inboxes (SPEC §6). */
+  /** Inter-session messages and the inboxes (design §6.1, §6.2). */
   readonly messaging: Messaging;
   /** The separate metrics listener's URL, when one was asked for. */
   readonly metricsUrl?: string;
@@ -199,7 +199,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const exposure = checkExposure(options.host ?? DEFAULTS.host, options.tokens !== undefined, options.insecure ?? false);
   // Also before the database opens: an invalid extra pattern fails the start.
   const redactor = createRedactor({ extraPatterns: options.redactPatterns });
-  // And the coordination limits (SPEC §6).
+  // And the coordination limits (design §6).
   const taskLimits = checkTaskLimits({
     summaryMaxChars: options.taskSummaryMaxChars ?? DEFAULTS.taskSummaryMaxChars,
     listMax: options.taskListMax ?? DEFAULTS.taskListMax,
@@ -230,11 +230,11 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     maxWatchersPerTarget: options.maxWatchersPerTarget,
     maxSpawnDepth: options.maxSpawnDepth,
     metrics,
-    // The task registry (SPEC §6) registers each spawn's task here, in the spawn's transaction.
+    // The task registry (design §6.3) registers each spawn's task here, in the spawn's transaction.
     registerSpawnedTask: spawnTaskHook(taskLimits),
     onBackgroundError: (err) => logger.error("notice fan-out step failed; it resumes at the next start-up", { error: String(err) }),
   });
-  // The task registry (SPEC §6) fills session_status's linked task context here.
+  // The task registry (design §6.3) fills session_status's linked task context here.
   const tools = new SessionTools({ state: core, redactor, linkedTasks: linkedTaskSource(taskLimits, () => core.now()) });
   const tasks = new TaskRegistry(tools, taskLimits);
   const deliveries = new Deliveries(core.store, deliveryLimits);
@@ -404,7 +404,7 @@ function closeAnd(core: SessionState) {
   };
 }
 
-/** Pruning is a singleton job: with replicas, one runs it at a time (SPEC §7); never on a damaged database. */
+/** Pruning is a singleton job: with replicas, one runs it at a time (design §7.2); never on a damaged database. */
 async function runPrune(
   core: SessionState,
   messaging: Messaging,

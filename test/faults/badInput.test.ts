@@ -460,7 +460,7 @@ describe("bad input to every RPC over every protocol", () => {
 // ---- hostile characters in every string field, and FTS query syntax ----------------------------
 
 /**
- * Characters that have no place in one-line text, by category (SPEC-level rule in
+ * Characters that have no place in one-line text, by category (the rule of
  * src/core/validation.ts), and the zero-width ones that only keys refuse. `sample` marks the
  * one per category that also goes over Connect binary, gRPC and gRPC-Web (the server decodes
  * them to the same message as JSON); Connect JSON gets all.

@@ -1,5 +1,5 @@
 /**
- * Cursor flood (SPEC §3.1, §3.4): one caller registering watch after watch on one target.
+ * Cursor flood (design §3.1, §3.4): one caller registering watch after watch on one target.
  * Against the real `sessionstate serve` process started with `--max-watchers-per-target`:
  * - Watch beyond the limit answers RESOURCE_EXHAUSTED naming the limit and the flag, and
  *   creates nothing; re-registering an existing watch and a spawn's implicit cursor are

@@ -1,5 +1,5 @@
 /**
- * kill -9 of the real server process with inbox items queued (SPEC §6): a Gateway (an
+ * kill -9 of the real server process with inbox items queued (design §6.2): a Gateway (an
  * InboxSubscription, connected the whole time) holds some items delivered but not yet acked,
  * more wait unread, and the service dies. After the restart on the same database file and
  * port:

@@ -1,6 +1,6 @@
 /**
  * A state-machine property test (fast-check commands) of append / prune / restart / watch /
- * ack / changes_since / clock moves against a small in-memory model of SPEC §2–§3:
+ * ack / changes_since / clock moves against a small in-memory model of design §2–§3:
  * sequences global and never reused (also after pruning to empty), heads monotonic, the
  * exact history-gap mark, retention by age and by rows, cursors and the one-notice
  * protocol (freeze, ack, reopen, self-suppression, restart recovery), and the notices
@@ -77,7 +77,7 @@ class Model {
       .sort(byKey);
   }
 
-  /** Whether the append would be recorded (SPEC §2.1: a human turn needs somebody who cares). */
+  /** Whether the append would be recorded (design §2.1: a human turn needs somebody who cares). */
   records(session: string, kind: Kind): boolean {
     return kind !== "human_direct_message" || this.cursorsOn(session).length > 0;
   }
@@ -92,7 +92,7 @@ class Model {
       if (watcher === actor || sequence <= c.lastSeen) continue;
       c.material = Math.max(c.material, sequence);
       // A cursor with a notice pending is not touched by later events: its updated time moves
-      // when a notice is queued or acked (an idle watcher's cursor expires, SPEC §3.4).
+      // when a notice is queued or acked (an idle watcher's cursor expires, design §3.4).
       if (c.notified > c.lastSeen) continue;
       c.updatedAt = this.now;
       c.notified = c.material;
@@ -114,7 +114,7 @@ class Model {
     for (const [k, c] of this.cursors) if (c.updatedAt < ageCutoff) this.cursors.delete(k);
   }
 
-  /** Restart (SPEC §3.1): every notice with material activity behind it is (re-)frozen at the material mark. */
+  /** Restart (design §3.6): every notice with material activity behind it is (re-)frozen at the material mark. */
   recover(): void {
     for (const c of this.cursors.values()) if (c.material > c.lastSeen) c.notified = c.material;
   }

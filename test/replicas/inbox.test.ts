@@ -1,5 +1,5 @@
 /**
- * Inboxes across replicas on PostgreSQL (SPEC §6, §7): two real `serve` processes on one
+ * Inboxes across replicas on PostgreSQL (design §6.2, §7.2): two real `serve` processes on one
  * database. A message sent through replica A reaches an inbox stream open on replica B (a
  * wake-up on topic "inbox", the rows stay the truth); the reply given through B reaches the
  * sender still waiting in its SendToSession on A (topic "exchanges"); an ack through either

@@ -1,5 +1,5 @@
 /**
- * PostgreSQL stopped and started under running replicas (SPEC §7), on a database server of
+ * PostgreSQL stopped and started under running replicas (design §7.2), on a database server of
  * the test's own: health says NOT_SERVING while it is unreachable, every call fails with
  * UNAVAILABLE (never INTERNAL), and the replicas recover without a restart — their notice
  * listeners included, so a notice committed through one replica after the outage reaches a

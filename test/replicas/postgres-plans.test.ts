@@ -1,5 +1,5 @@
 /**
- * PostgreSQL plans the notice protocol depends on (SPEC §3.2: a fan-out step costs work for
+ * PostgreSQL plans the notice protocol depends on (design §3.2: a fan-out step costs work for
  * its own watchers only). A replica prepares each statement once and PostgreSQL soon runs it
  * with a generic plan, so each statement is taken from the row class itself and explained as
  * a forced generic plan over 10,000 cursors on one target (and 10,000 on another).

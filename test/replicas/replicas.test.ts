@@ -1,5 +1,5 @@
 /**
- * Replicas on PostgreSQL (SPEC §7): three real `serve` processes on one database, each on its
+ * Replicas on PostgreSQL (design §7.2): three real `serve` processes on one database, each on its
  * own port, driven through the generated clients. Notices cross replicas, an ack through any
  * replica counts everywhere, sequences are visible per session in order, a dedupe key gives
  * one event whichever replicas it reaches, and a replica killed with SIGKILL loses nothing.

@@ -1,5 +1,5 @@
 /**
- * Upstream monitoring with replicas (SPEC §5, §7): the monitor tick runs on one replica at a
+ * Upstream monitoring with replicas (design §5, §7.2): the monitor tick runs on one replica at a
  * time, checks reach a paired Node through the database whichever replica it is connected
  * to, and when the leading replica dies another takes the tick over within two intervals.
  */

@@ -1,4 +1,4 @@
-"""A resilient notice stream for Python Gateways (SPEC §3.2), over gRPC.
+"""A resilient notice stream for Python Gateways (design §3.5), over gRPC.
 
 ``NoticeStream`` keeps one ``WatchService.StreamNotices`` call open in a background thread:
 

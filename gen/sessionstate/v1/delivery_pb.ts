@@ -459,7 +459,7 @@ export const DeliveryStateSchema: GenEnum<DeliveryState> = /*@__PURE__*/
 
 /**
  * DeliveryService keeps the durable delivery operations of the `conversations` tool
- * (SPEC §4 conversations_turn, §6): before a Gateway does any transport I/O for a turn it
+ * (design §6.4): before a Gateway does any transport I/O for a turn it
  * reserves the operation here — one transport message id and the queue intent, stored
  * durably — so a Gateway that restarts mid-delivery lists what it had not finished and
  * resumes it with the same transport message id (a transport that dedupes on it sends

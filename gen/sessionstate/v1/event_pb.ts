@@ -118,7 +118,7 @@ export const SessionStateEventSchema: GenMessage<SessionStateEvent> = /*@__PURE_
 
 /**
  * What changed in a session. Only the first three kinds notify watchers; the
- * rest are kept for reconciliation history (SPEC §2.1).
+ * rest are kept for reconciliation history (design §2.1).
  *
  * @generated from enum sessionstate.v1.EventKind
  */

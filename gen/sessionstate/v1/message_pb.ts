@@ -377,7 +377,7 @@ export const MessageUsageSchema: GenMessage<MessageUsage> = /*@__PURE__*/
 
 /**
  * A transcript message as history and listings return it: the bounded, filtered view.
- * Assistant text is sanitized (SPEC §4), credential-like text is redacted, long text is
+ * Assistant text is sanitized (design §4.2), credential-like text is redacted, long text is
  * truncated with a visible marker, image data is left out (byte_size says how much),
  * thinking blocks are never included, and tool calls/results only with include_tools.
  *

@@ -197,7 +197,7 @@ export const InterSessionReplySchema: GenMessage<InterSessionReply> = /*@__PURE_
   messageDesc(file_sessionstate_v1_messaging, 2);
 
 /**
- * A request to cancel a background task (TaskService.CancelTask, SPEC §6), for the Gateway
+ * A request to cancel a background task (TaskService.CancelTask, design §6.3), for the Gateway
  * running it. The Gateway stops the run and reports it as run_failed with outcome
  * CANCELLED.
  *
@@ -312,7 +312,7 @@ export const InboxItemSchema: GenMessage<InboxItem> = /*@__PURE__*/
 export type SendToSessionRequest = Message<"sessionstate.v1.SendToSessionRequest"> & {
   /**
    * The sending session (required), and the visibility its Gateway applies: the target must
-   * be visible to it for a change (SPEC §4 "Visibility"), else PERMISSION_DENIED naming the
+   * be visible to it for a change (design §4.1), else PERMISSION_DENIED naming the
    * mode. session_key is a key (see "Text rules" in session.proto).
    *
    * @generated from field: sessionstate.v1.Requester requester = 1;
@@ -391,7 +391,7 @@ export type SendToSessionRequest = Message<"sessionstate.v1.SendToSessionRequest
 
   /**
    * True: after the message is stored (routing succeeded), the sender watches the session
-   * that actually received it, from its current stateVersion (SPEC §3.1 explicit watch).
+   * that actually received it, from its current stateVersion (design §3.1 explicit watch).
    *
    * @generated from field: bool watch = 9;
    */
@@ -901,7 +901,7 @@ export const ReplyOutcomeSchema: GenEnum<ReplyOutcome> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_messaging, 3);
 
 /**
- * MessagingService: inter-session messages across Gateways (SPEC §4 sessions_send, §6).
+ * MessagingService: inter-session messages across Gateways (design §6.1).
  *
  * A sender's Gateway hands a message to the service (SendToSession). The service stores it
  * durably as the first message of an *exchange*, renders the receiving-prompt marking once,

@@ -69,7 +69,7 @@ export const RequesterSchema: GenMessage<Requester> = /*@__PURE__*/
   messageDesc(file_sessionstate_v1_requester, 0);
 
 /**
- * Which sessions a requester may see (SPEC §4 "Visibility"). Modes are ordered from the
+ * Which sessions a requester may see (design §4.1). Modes are ordered from the
  * narrowest to the widest. A sandboxed requester is clamped to at most TREE.
  *
  * @generated from enum sessionstate.v1.VisibilityMode

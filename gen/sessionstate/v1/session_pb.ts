@@ -818,7 +818,7 @@ export type SpawnSessionRequest = Message<"sessionstate.v1.SpawnSessionRequest">
    * the ends or '"'. A key that is not agent-qualified names a session of the parent's agent;
    * with a gateway token the child's agent must be one of the token's agents too
    * (PERMISSION_DENIED otherwise). A spawn into the bare key "global" seeds no watch cursor
-   * (SPEC §3.1).
+   * (design §3.1).
    *
    * @generated from field: string child_session_key = 2;
    */
@@ -1598,7 +1598,7 @@ export const ThinkingLevelSchema: GenEnum<ThinkingLevel> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_session, 0);
 
 /**
- * Session kind (SPEC §1).
+ * Session kind (design §1.2).
  *
  * @generated from enum sessionstate.v1.SessionKind
  */
@@ -1692,7 +1692,7 @@ export const RunStatusSchema: GenEnum<RunStatus> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_session, 2);
 
 /**
- * Where a spawned child runs (SPEC §4 sessions_spawn).
+ * Where a spawned child runs (design §4.5 sessions_spawn).
  *
  * @generated from enum sessionstate.v1.SpawnRuntime
  */
@@ -1794,7 +1794,7 @@ export const SandboxModeSchema: GenEnum<SandboxMode> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_session, 5);
 
 /**
- * A session tool a Gateway offers a session's model (SPEC §4).
+ * A session tool a Gateway offers a session's model (design §4.5).
  *
  * @generated from enum sessionstate.v1.SessionTool
  */
@@ -1974,7 +1974,7 @@ export const ModelFailureSchema: GenEnum<ModelFailure> = /*@__PURE__*/
 
 /**
  * SessionService is the registry of sessions: who exists, who spawned whom, and the
- * metadata the Gateway's session tools list (SPEC §1, §4).
+ * metadata the Gateway's session tools list (design §1, §4).
  *
  * @generated from service sessionstate.v1.SessionService
  */
@@ -2094,7 +2094,7 @@ export const SessionService: GenService<{
     output: typeof DeleteGroupResponseSchema;
   },
   /**
-   * A Gateway reports how a run with the session's model went (model revert rule, SPEC §4):
+   * A Gateway reports how a run with the session's model went (model revert rule, design §4.3):
    * a model an agent selected stays revertible until a run with it succeeds; a permanent
    * failure (auth, billing, model not found) restores the previous model and appends a
    * visible system note to the transcript; transient failures change nothing.

@@ -444,7 +444,7 @@ export type GetStatusResponse = Message<"sessionstate.v1.GetStatusResponse"> & {
   usage?: StatusUsage | undefined;
 
   /**
-   * Background tasks linked to the session (the task registry, SPEC §6). Absent when the
+   * Background tasks linked to the session (the task registry, design §6.3). Absent when the
    * registry has no task for it, or none the requester may see.
    *
    * @generated from field: sessionstate.v1.LinkedTaskContext task_context = 6;
@@ -467,7 +467,7 @@ export const GetStatusResponseSchema: GenMessage<GetStatusResponse> = /*@__PURE_
   messageDesc(file_sessionstate_v1_state, 9);
 
 /**
- * The route context of session_status (SPEC §4).
+ * The route context of session_status (design §4.4).
  *
  * @generated from message sessionstate.v1.StatusRoute
  */
@@ -572,7 +572,7 @@ export const StatusUsageSchema: GenMessage<StatusUsage> = /*@__PURE__*/
   messageDesc(file_sessionstate_v1_state, 11);
 
 /**
- * Background tasks linked to a session, from the task registry (SPEC §6 subagents).
+ * Background tasks linked to a session, from the task registry (design §6.3 subagents).
  *
  * @generated from message sessionstate.v1.LinkedTaskContext
  */
@@ -609,7 +609,7 @@ export const LinkedTaskContextSchema: GenMessage<LinkedTaskContext> = /*@__PURE_
 
 /**
  * StateService is the signal log: Gateways append material state changes and read the
- * exact delta since a version they have seen (SPEC §2, §3.3).
+ * exact delta since a version they have seen (design §2, §3.3).
  *
  * @generated from service sessionstate.v1.StateService
  */
@@ -626,7 +626,7 @@ export const StateService: GenService<{
     output: typeof AppendEventsResponseSchema;
   },
   /**
-   * A long-lived append channel for a Gateway that records many small batches (SPEC §2.3):
+   * A long-lived append channel for a Gateway that records many small batches (design §2.3):
    * each request message is one batch, handled exactly as an AppendEvents call with the
    * same events (atomic: all of the batch or none of it), without the cost of a call per
    * batch. Batches are handled concurrently (so they share commits) and answered in the

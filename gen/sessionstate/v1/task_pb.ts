@@ -405,7 +405,7 @@ export const CancelTaskResponseSchema: GenMessage<CancelTaskResponse> = /*@__PUR
   messageDesc(file_sessionstate_v1_task, 6);
 
 /**
- * What kind of background work a task is (SPEC §6 task registry).
+ * What kind of background work a task is (design §6.3 task registry).
  *
  * @generated from enum sessionstate.v1.TaskKind
  */
@@ -538,7 +538,7 @@ export const TaskStateSchema: GenEnum<TaskState> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_task, 1);
 
 /**
- * TaskService is the task registry behind the `subagents` tool (SPEC §4, §6): Gateways
+ * TaskService is the task registry behind the `subagents` tool (design §6.3): Gateways
  * register the background work they run for a session (subagent runs, ACP harnesses, CLI and
  * media jobs, cron runs) and keep its state current; a session lists the active and recent
  * tasks of its tree and asks for one to be cancelled. The service does not run tasks: a
@@ -558,7 +558,7 @@ export const TaskService: GenService<{
    * state is terminal (COMPLETED, FAILED, CANCELED, REJECTED) never changes state again:
    * another state is FAILED_PRECONDITION, the same one again is an idempotent retry. The
    * transition into a terminal state appends the run's end to the task session's signal
-   * log once (SPEC §2.1): run_completed for COMPLETED, run_failed with outcome `cancelled`
+   * log once (design §2.1): run_completed for COMPLETED, run_failed with outcome `cancelled`
    * for CANCELED, `timeout` for FAILED with timed_out, `error` for other FAILED and REJECTED
    * — with the task's run id and the dedupe key "run-end:" + task_id, so a Gateway that also
    * appends the run's end with that key records it once.
@@ -572,7 +572,7 @@ export const TaskService: GenService<{
   },
   /**
    * Active tasks and recently finished ones (finished within --task-recent-minutes) whose
-   * session the requester may see (SPEC §4 visibility), newest update first, in pages.
+   * session the requester may see (design §4.1 visibility), newest update first, in pages.
    *
    * @generated from rpc sessionstate.v1.TaskService.ListTasks
    */

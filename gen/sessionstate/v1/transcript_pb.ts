@@ -486,7 +486,7 @@ export const SearchResponseSchema: GenMessage<SearchResponse> = /*@__PURE__*/
 
 /**
  * TranscriptService keeps the transcripts Gateways mirror, and answers sessions_history and
- * sessions_search from them (SPEC §4).
+ * sessions_search from them (design §4.2).
  *
  * A session's transcript belongs to its current session id. ResetSession gives the session
  * a new id, so its history starts empty; the earlier transcript is kept, read-only, and can

@@ -510,7 +510,7 @@ export const CheckReportSchema: GenMessage<CheckReport> = /*@__PURE__*/
 
 /**
  * A human turn found upstream. Its text is used only to recognise the service's own echoes
- * (SPEC §5) and is never stored.
+ * (design §5.2) and is never stored.
  *
  * @generated from message sessionstate.v1.HumanTurn
  */
@@ -834,7 +834,7 @@ export const CheckStatusSchema: GenEnum<CheckStatus> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_upstream, 1);
 
 /**
- * UpstreamService keeps adopted sessions honest (SPEC §5). A session adopted from a session
+ * UpstreamService keeps adopted sessions honest (design §5). A session adopted from a session
  * catalog (for example a local coding-agent CLI whose transcript is a JSONL file) holds an
  * upstream link. Every monitor tick the service checks the links that some watcher watches:
  * links on a paired Node are assigned to that Node over its ConnectNode stream, links on the

@@ -695,7 +695,7 @@ export const WatchProvenanceSchema: GenEnum<WatchProvenance> = /*@__PURE__*/
   enumDesc(file_sessionstate_v1_watch, 0);
 
 /**
- * WatchService: cursors of watchers on targets and the one-notice protocol (SPEC §3.1, §3.2).
+ * WatchService: cursors of watchers on targets and the one-notice protocol (design §3.1, §3.2).
  *
  * @generated from service sessionstate.v1.WatchService
  */

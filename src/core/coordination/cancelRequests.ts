@@ -1,5 +1,5 @@
 /**
- * How a task cancel reaches the Gateway running the task (SPEC §6): a cancel request queued
+ * How a task cancel reaches the Gateway running the task (design §6.3): a cancel request queued
  * on the inbox of the task session's agent (inbox.ts), inside CancelTask's own transaction,
  * so the request exists exactly when the task is marked; the Gateway serving that agent reads
  * it on MessagingService.StreamInbox and acknowledges it.

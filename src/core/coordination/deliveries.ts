@@ -1,5 +1,5 @@
 /**
- * Delivery operations of the `conversations` tool (SPEC §4 conversations_turn, §6): a Gateway
+ * Delivery operations of the `conversations` tool (design §6.4): a Gateway
  * reserves the operation — one transport message id and its queue intent, stored durably —
  * before any transport I/O; it completes the operation with the outcome and any reply it
  * captured (a side artifact kept with the operation, never written into a transcript); a

@@ -1,4 +1,4 @@
-/** Delivery operations as the core sees them (SPEC §6, the conversations tool's turn). Transport-free. */
+/** Delivery operations as the core sees them (design §6.4, the conversations tool's turn). Transport-free. */
 import type { SessionId } from "../keys.js";
 import type { DeliveryRoute } from "../model.js";
 

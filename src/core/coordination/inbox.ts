@@ -1,5 +1,5 @@
 /**
- * Every agent's inbox (SPEC §6): what the service hands to the Gateway serving an agent —
+ * Every agent's inbox (design §6.2): what the service hands to the Gateway serving an agent —
  * inter-session messages, replies, and the task registry's cancel requests.
  *
  * - An item is queued inside the unit of work that decides it (`enqueueInboxItem`), so it

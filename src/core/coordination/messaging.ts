@@ -1,5 +1,5 @@
 /**
- * Inter-session messages across Gateways (SPEC §4 sessions_send, §6): the domain entry point
+ * Inter-session messages across Gateways (design §6.1): the domain entry point
  * of MessagingService. Transport-free, like SessionTools, on which it builds for visibility.
  *
  * An *exchange* is one sessions_send and the reply loop it starts:

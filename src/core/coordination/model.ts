@@ -1,5 +1,5 @@
 /**
- * Domain types of coordination across Gateways (SPEC §6): the inbox an agent's Gateway reads,
+ * Domain types of coordination across Gateways (design §6.1, §6.2): the inbox an agent's Gateway reads,
  * inter-session messages and the exchanges they form. Plain data: the server maps them to
  * protobuf messages (messaging.proto), the stores to rows.
  */
@@ -12,7 +12,7 @@ export type ExchangeState = (typeof EXCHANGE_STATES)[number];
 /** Why an exchange ended; "" = it goes on. */
 export type ExchangeEnd = "" | "reply_skip" | "limit" | "failed";
 
-/** One exchange: a sessions_send and the reply loop it starts (SPEC §4, §6). */
+/** One exchange: a sessions_send and the reply loop it starts (design §6.1). */
 export interface Exchange {
   exchangeId: string;
   /** The session that sent the first message. */
@@ -66,7 +66,7 @@ export interface ExchangeStatus {
   end: ExchangeEnd;
 }
 
-/** A cancel request for the Gateway running a task (TaskService.CancelTask, SPEC §6). */
+/** A cancel request for the Gateway running a task (TaskService.CancelTask, design §6.3). */
 export interface CancelRequest {
   taskId: string;
   /** "" = the task's current run. */

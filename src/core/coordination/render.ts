@@ -1,5 +1,5 @@
 /**
- * The receiving-prompt form of an inter-session message (SPEC §4 sessions_send, §6): rendered
+ * The receiving-prompt form of an inter-session message (design §6.1): rendered
  * once, by the service, so every Gateway marks inter-session data alike — as data a tool
  * routed from another session, never as a user's instruction.
  *

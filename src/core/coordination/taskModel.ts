@@ -1,11 +1,11 @@
 /**
- * The task registry as the core sees it (SPEC §6): plain records, the state words, and which
+ * The task registry as the core sees it (design §6.3): plain records, the state words, and which
  * states are active or terminal. Transport-free.
  */
 import type { SessionId } from "../keys.js";
 import type { VisibilityScope } from "../transcript/visibility.js";
 
-// ---- Tasks (SPEC §6 task registry, the subagents tool) ------------------------------------------
+// ---- Tasks (design §6.3 task registry, the subagents tool) ------------------------------------------
 
 export const TASK_KINDS = ["subagent", "acp", "cli", "media", "cron"] as const;
 export type TaskKind = (typeof TASK_KINDS)[number];

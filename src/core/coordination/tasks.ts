@@ -1,12 +1,12 @@
 /**
- * The task registry behind the `subagents` tool (SPEC §4, §6): Gateways register and update
+ * The task registry behind the `subagents` tool (design §6.3): Gateways register and update
  * the background work they run (subagent and ACP runs, CLI and media jobs, cron runs); a
  * session lists the active and recent tasks of what it may see, and asks for a task inside
  * the tree it controls to be cancelled. The registry never runs a task: a cancel is recorded
  * on the task and queued, in the same transaction, as a cancel request on the inbox of the
  * Gateway serving the task session's agent; the task ends when that Gateway reports it, and
  * the run's end goes into the task session's signal log once (a cancelled run as run_failed
- * with outcome `cancelled`, SPEC §2.1).
+ * with outcome `cancelled`, design §2.1).
  *
  * States are A2A's (taskModel.ts). Transport-free: the Connect handlers sit on top.
  */
@@ -279,9 +279,8 @@ function checkTaskSummary(field: string, value: string, maxChars: number): strin
 }
 
 /**
- * The tree a requester controls (SPEC §6 "cancel … only inside the tree the caller
- * controls"): its own session and the sessions it spawned. Visibility AGENT and ALL do not
- * widen it; SELF narrows it to the requester's own session.
+ * The tree a requester controls (design §6.3): its own session and the sessions it spawned.
+ * Visibility AGENT and ALL do not widen it; SELF narrows it to the requester's own session.
  */
 function controlScope(viewer: Viewer & { kind: "requester" }): VisibilityScope {
   return viewer.mode === "self" ? { mode: "self", root: viewer.session } : { mode: "tree", root: viewer.session, watchedGroups: false };
@@ -301,7 +300,7 @@ async function checkControls(tx: Tx, viewer: Viewer, task: TaskRecord): Promise<
 }
 
 /**
- * The run's end in the task session's signal log (SPEC §2.1), once per task: run_completed,
+ * The run's end in the task session's signal log (design §2.1), once per task: run_completed,
  * or run_failed with the exact outcome. A cancel asked by a session names it as the actor.
  */
 async function logRunEnd(ctx: WriteContext, task: TaskRecord): Promise<number> {

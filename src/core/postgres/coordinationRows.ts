@@ -1,4 +1,4 @@
-/** PostgreSQL rows of coordination across Gateways (SPEC §6): inboxes and inter-session exchanges. */
+/** PostgreSQL rows of coordination across Gateways (design §6.1, §6.2): inboxes and inter-session exchanges. */
 import type { Exchange, StoredInterSessionMessage } from "../coordination/model.js";
 import { exchangeOf, inboxRowOf, messageOf, type ExchangeRow, type MessageRow } from "../sqlite/coordinationRows.js";
 import type { InboxRow, InboxRows, MessagingRows } from "../storage.js";

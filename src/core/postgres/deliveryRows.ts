@@ -1,4 +1,4 @@
-/** PostgreSQL rows of the delivery operations (SPEC §6), like the SQLite ones (src/core/sqlite/deliveryRows.ts). */
+/** PostgreSQL rows of the delivery operations (design §6.4), like the SQLite ones (src/core/sqlite/deliveryRows.ts). */
 import type { DeliveryRecord } from "../coordination/deliveryModel.js";
 import type { DeliveryRows } from "../storage.js";
 import { DELIVERY_COLUMNS as COLUMNS, deliveryChange, deliveryOf, type DeliveryRow as Row } from "../coordination/deliveryRow.js";

@@ -1,5 +1,5 @@
 /**
- * Singleton jobs across replicas (SPEC §7): pruning and the upstream monitor tick run on one
+ * Singleton jobs across replicas (design §7.2): pruning and the upstream monitor tick run on one
  * replica at a time. The leader holds a session-level advisory lock on a connection of its
  * own; when that replica dies or loses the connection, PostgreSQL releases the lock and the
  * next replica to ask takes it. Replicas ask on every interval of the job, so a new leader

@@ -1,5 +1,5 @@
 /**
- * Wake-ups between replicas (SPEC §7). A replica that commits notices sends `NOTIFY` on one
+ * Wake-ups between replicas (design §7.2). A replica that commits notices sends `NOTIFY` on one
  * channel naming, per topic, the keys that have news (for notices: the agents whose
  * watchers have news); every other replica re-reads those rows for its own subscribers. The
  * payload never carries content (it is limited to 8,000 bytes, and lost while a listener is

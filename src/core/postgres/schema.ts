@@ -183,7 +183,7 @@ const MIGRATIONS: string[] = [
   );
   CREATE INDEX upstream_assignments_by_node ON upstream_assignments (node_id, sent_at);
   `,
-  // Session tools completeness (SPEC §4), as in the SQLite schema: spawn options and the
+  // Session tools completeness (design §4.4, §4.5), as in the SQLite schema: spawn options and the
   // sandbox flag of a session, a message's token usage, and the adopted session's id an
   // upstream link was last checked against.
   `
@@ -193,7 +193,7 @@ const MIGRATIONS: string[] = [
   CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
   ALTER TABLE upstream_links ADD COLUMN session_id text COLLATE "C" NOT NULL DEFAULT '';
   `,
-  // Coordination across Gateways (SPEC §6), as in the SQLite schema: every agent's inbox and
+  // Coordination across Gateways (design §6.1, §6.2), as in the SQLite schema: every agent's inbox and
   // the inter-session exchanges with their messages. A message's text is kept JSON-encoded
   // (text_json), since a PostgreSQL text value cannot hold NUL.
   `
@@ -239,7 +239,7 @@ const MIGRATIONS: string[] = [
     UNIQUE (exchange_id, turn)
   );
   `,
-  // The task registry and delivery operations (SPEC §6), as in the SQLite schema.
+  // The task registry and delivery operations (design §6.3, §6.4), as in the SQLite schema.
   `
   CREATE TABLE tasks (
     task_id              text COLLATE "C" PRIMARY KEY,

@@ -1,5 +1,5 @@
 /**
- * The PostgreSQL backend: several service processes (replicas) on one database (SPEC §7).
+ * The PostgreSQL backend: several service processes (replicas) on one database (design §7.2).
  *
  * - Writes run in READ COMMITTED transactions on pooled connections. A unit first takes the
  *   per-session locks it declares (transaction-scoped advisory locks, all in one sorted pass,

@@ -1,4 +1,4 @@
-/** PostgreSQL rows of the task registry (SPEC §6), like the SQLite ones (src/core/sqlite/taskRows.ts). */
+/** PostgreSQL rows of the task registry (design §6.3), like the SQLite ones (src/core/sqlite/taskRows.ts). */
 import type { TaskFilter, TaskKind, TaskRecord, TaskState } from "../coordination/taskModel.js";
 import type { SessionId } from "../keys.js";
 import type { TaskRows } from "../storage.js";

@@ -1,4 +1,4 @@
-/** PostgreSQL rows of upstream links (SPEC §5). */
+/** PostgreSQL rows of upstream links (design §5). */
 import type { SessionId } from "../keys.js";
 import { assignmentFromRow, linkFromRow, type AssignmentRow, type LinkRow } from "../rowMapping.js";
 import type { CheckAssignmentRow, LinkRowChange, UpstreamRows } from "../storage.js";

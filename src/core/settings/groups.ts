@@ -1,5 +1,5 @@
 /**
- * The ordered global catalog of session groups (SPEC §4 sessions group_list / group_set /
+ * The ordered global catalog of session groups (design §4.3 sessions group_list / group_set /
  * group_rename / group_delete), as pure rules. Names are unique ignoring case; the order is
  * the caller's. Every change raises the catalog version, and a change can be made
  * conditional on the version the caller last read, so two editors never silently overwrite

@@ -1,5 +1,5 @@
 /**
- * The model revert rule (SPEC §4 sessions patch): a model an agent selected stays revertible
+ * The model revert rule (design §4.3 sessions patch): a model an agent selected stays revertible
  * until a run with it succeeds. A permanent failure (auth, billing, model not found) restores
  * the model that was in force before the agent's selection and writes a visible system note;
  * transient failures (rate limit, overload, timeout, network, server) leave the selection.

@@ -1,5 +1,5 @@
 /**
- * What the sessions tool changes (SPEC §4 "sessions (patch, groups)"): a session's
+ * What the sessions tool changes (design §4.3): a session's
  * presentation and model settings, the pending agent model selection with its revert rule
  * (modelRevert.ts), and the ordered global group catalog (groups.ts).
  */
@@ -58,7 +58,7 @@ export interface RunReportOutcome {
 /** The lock that serialises edits of the global group catalog (it belongs to no session). */
 const CATALOG_LOCK: SessionId = { agentId: "*", sessionKey: "group-catalog" };
 
-/** The sessions tool's changes (SPEC §4 "sessions (patch, groups)"), each one unit of work. */
+/** The sessions tool's changes (design §4.3), each one unit of work. */
 export class SessionSettings {
   constructor(private readonly store: WatchableStore) {}
 

@@ -1,4 +1,4 @@
-/** SQLite rows of coordination across Gateways (SPEC §6): inboxes and inter-session exchanges. */
+/** SQLite rows of coordination across Gateways (design §6.1, §6.2): inboxes and inter-session exchanges. */
 import type Database from "better-sqlite3";
 import type { Exchange, ExchangeEnd, ExchangeState, StoredInterSessionMessage } from "../coordination/model.js";
 import type { InboxRow, InboxRows, MessagingRows } from "../storage.js";

@@ -66,7 +66,7 @@ export class SqliteCursorRows implements CursorRows {
       // The condition `notified <= last_seen` matches the partial index cursors_idle_by_target,
       // named because the planner, without statistics, took cursors_by_target and read every
       // cursor on the target: on a target whose 10,000 watchers have a notice pending, each
-      // append read all 10,000 rows to find no idle one (SPEC §3.2: later events cost no
+      // append read all 10,000 rows to find no idle one (design §3.2: later events cost no
       // per-watcher work).
       idleOnTarget: limited(`SELECT watcher_key, last_seen, material FROM session_watch_cursors INDEXED BY cursors_idle_by_target
         WHERE target_agent_id = ? AND target_key = ? AND notified <= last_seen AND watcher_key > ?

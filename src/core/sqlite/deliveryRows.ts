@@ -1,4 +1,4 @@
-/** SQLite rows of the delivery operations (SPEC §6). */
+/** SQLite rows of the delivery operations (design §6.4). */
 import type Database from "better-sqlite3";
 import type { DeliveryRecord } from "../coordination/deliveryModel.js";
 import { DELIVERY_COLUMNS as COLUMNS, deliveryChange, deliveryOf, type DeliveryRow } from "../coordination/deliveryRow.js";

@@ -1,5 +1,5 @@
 /**
- * One serving process per SQLite file (SPEC §7): a second process would split notice
+ * One serving process per SQLite file (design §7.1): a second process would split notice
  * delivery, since each streams only the notices it raised itself.
  *
  * The lock is a write transaction held open on a small side file (`<db>.serve-lock`), so the

@@ -217,7 +217,7 @@ const MIGRATIONS: string[] = [
   INSERT INTO transcript_search (rowid, search_text, transcript_token)
     SELECT id, search_text, transcript_token FROM transcript_messages WHERE search_text IS NOT NULL;
   `,
-  // The fan-out's target mark (SPEC §3.2): each head records its newest notify-eligible event,
+  // The fan-out's target mark (design §3.2): each head records its newest notify-eligible event,
   // who caused it, and the newest one another actor caused (for that actor's own cursor), so
   // a watcher with a notice pending costs nothing on later events; and
   // partial indexes that hold only the cursors without (idle) or with (pending) a notice.
@@ -243,7 +243,7 @@ const MIGRATIONS: string[] = [
   CREATE INDEX cursors_pending_by_agent ON session_watch_cursors (watcher_agent_id, watcher_key, target_agent_id, target_key)
     WHERE notified > last_seen;
   `,
-  // Check assignments (SPEC §5, §7): the monitor hands checks to Nodes through the database.
+  // Check assignments (design §5.5, §7.2): the monitor hands checks to Nodes through the database.
   `
   CREATE TABLE upstream_assignments (
     link_id      TEXT PRIMARY KEY,
@@ -256,10 +256,10 @@ const MIGRATIONS: string[] = [
     DELETE FROM upstream_assignments WHERE link_id = old.link_id;
   END;
   `,
-  // Session tools completeness (SPEC §4): how a session was spawned (JSON, NULL = never) and
+  // Session tools completeness (design §4.4, §4.5): how a session was spawned (JSON, NULL = never) and
   // whether it runs sandboxed; a message's token usage (JSON, NULL = none) for session_status,
   // with an index that finds the newest one; the adopted session's id an upstream link was
-  // last checked against (SPEC §5: replacing the session resets a missing streak).
+  // last checked against (design §5.3: replacing the session resets a missing streak).
   `
   ALTER TABLE sessions ADD COLUMN spawn TEXT;
   ALTER TABLE sessions ADD COLUMN sandboxed INTEGER NOT NULL DEFAULT 0;
@@ -267,7 +267,7 @@ const MIGRATIONS: string[] = [
   CREATE INDEX messages_with_usage ON transcript_messages (transcript_id, sequence) WHERE usage IS NOT NULL;
   ALTER TABLE upstream_links ADD COLUMN session_id TEXT NOT NULL DEFAULT '';
   `,
-  // Coordination across Gateways (SPEC §6): every agent's inbox (items stay until its
+  // Coordination across Gateways (design §6.1, §6.2): every agent's inbox (items stay until its
   // Gateway acks them), and the inter-session exchanges with their messages.
   `
   CREATE TABLE inbox_items (
@@ -312,7 +312,7 @@ const MIGRATIONS: string[] = [
     UNIQUE (exchange_id, turn)
   ) WITHOUT ROWID;
   `,
-  // The task registry and delivery operations (SPEC §6). A task belongs to the session it runs
+  // The task registry and delivery operations (design §6.3, §6.4). A task belongs to the session it runs
   // in; a delivery operation to its agent, in reservation order (position), its queue intent
   // and captured reply kept as bytes (opaque to the service, never one-line text).
   `

@@ -1,4 +1,4 @@
-/** SQLite rows of the task registry (SPEC §6). */
+/** SQLite rows of the task registry (design §6.3). */
 import type Database from "better-sqlite3";
 import type { TaskFilter, TaskKind, TaskRecord, TaskState } from "../coordination/taskModel.js";
 import type { SessionId } from "../keys.js";

@@ -1,4 +1,4 @@
-/** SQLite rows of upstream links (SPEC §5). */
+/** SQLite rows of upstream links (design §5). */
 import type Database from "better-sqlite3";
 import type { SessionId } from "../keys.js";
 import { assignmentFromRow, linkFromRow, type AssignmentRow, type LinkRow } from "../rowMapping.js";

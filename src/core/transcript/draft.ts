@@ -3,7 +3,7 @@
  * traffic, and the text the full-text index holds. Pure functions.
  *
  * The index holds only user and assistant text blocks, sanitized the way history shows them
- * (SPEC §4) and then redacted, so a credential is never findable by its value and a search
+ * (design §4.2) and then redacted, so a credential is never findable by its value and a search
  * never matches text that history would not show (thinking, tool-call XML, control tokens).
  */
 import { checkCount, checkRange, checkOneLine } from "../validation.js";

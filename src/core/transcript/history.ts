@@ -1,5 +1,5 @@
 /**
- * sessions_history windows (SPEC §4): which messages a request asks for, and how a window is
+ * sessions_history windows (design §4.2): which messages a request asks for, and how a window is
  * fitted into the byte budget. Pure functions; the store only reads the window.
  *
  * Paging counts from the newest end: `offset` skips that many of the newest visible

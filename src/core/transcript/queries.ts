@@ -3,7 +3,7 @@ import type { SessionId } from "../keys.js";
 import type { MessageRole, StoredMessage } from "./model.js";
 import type { VisibilityScope } from "./visibility.js";
 
-/** How many recent user messages the self-echo check compares against (SPEC §5). */
+/** How many recent user messages the self-echo check compares against (design §5.2). */
 export const RECENT_USER_MESSAGES = 10;
 
 export interface HistoryQuery {

@@ -1,6 +1,6 @@
 /**
  * Credential redaction for every text returned by `sessions_history` / `sessions_search`
- * (SPEC §4: "credential-like text is redacted"). Pure functions: no I/O.
+ * (design §4.2: "credential-like text is redacted"). Pure functions: no I/O.
  *
  * ## Masking
  *

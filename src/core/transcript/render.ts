@@ -1,5 +1,5 @@
 /**
- * The filtered view of one stored message (SPEC §4 sessions_history): text sanitized for its
+ * The filtered view of one stored message (design §4.2 sessions_history): text sanitized for its
  * role, then redacted, then cut at a block limit with a visible marker; image data left out
  * (its size kept); thinking never shown; tool calls/results only when tools are asked for.
  * Redaction runs before the cut, so a cut never leaves half a secret unrecognised.

@@ -1,6 +1,6 @@
 /**
  * Normalisation of transcript text before it is returned by `sessions_history` or indexed
- * for `sessions_search` (SPEC §4). Pure functions: no I/O, no transport imports.
+ * for `sessions_search` (design §4.2). Pure functions: no I/O, no transport imports.
  *
  * ## What `sanitizeAssistantText` removes
  *

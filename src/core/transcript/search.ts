@@ -1,5 +1,5 @@
 /**
- * sessions_search rules (SPEC §4): the query is one exact phrase (its words in order and
+ * sessions_search rules (design §4.2): the query is one exact phrase (its words in order and
  * adjacent, case-insensitive, punctuation between words ignored), hits are bounded, and
  * snippets come from the indexed text (already sanitized and redacted) and are redacted again
  * with the current rules before they leave.

@@ -1,5 +1,5 @@
 /**
- * Transcripts (SPEC §4 sessions_history / sessions_search): appending what a Gateway
+ * Transcripts (design §4.2 sessions_history / sessions_search): appending what a Gateway
  * mirrors, and the reads the session tools and the upstream self-echo check need.
  *
  * A transcript belongs to a session *and* a session id: a reset gives the session a new id
@@ -64,7 +64,7 @@ export async function appendMessagesIn(ctx: WriteContext, session: SessionId, se
   }
   if (last !== transcript.lastSequence) {
     await ctx.tx.transcripts.setLastSequence(transcript.id, last);
-    // New messages are activity: sessions_list's activeMinutes must find the session (SPEC §4).
+    // New messages are activity: sessions_list's activeMinutes must find the session (design §4.2).
     await ctx.tx.registry.touchSession(session, ctx.now);
   }
   return { sessionId: transcript.sessionId, results, lastSequence: last };
@@ -78,7 +78,7 @@ export const NOT_OUR_OWN: ProvenanceKind = "human";
 
 /**
  * The service's own recent user messages in the session as plain, whitespace-normalised text:
- * the self-echo set of SPEC §5. Imported human turns are left out, so a person typing the same
+ * the self-echo set of design §5.2. Imported human turns are left out, so a person typing the same
  * prompt upstream again is still reported.
  */
 export async function recentUserMessagesIn(tx: Tx, session: SessionId): Promise<string[]> {

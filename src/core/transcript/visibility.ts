@@ -1,5 +1,5 @@
 /**
- * Who may see which session (SPEC §4 "Visibility"), as pure rules. Stores apply the same
+ * Who may see which session (design §4.1), as pure rules. Stores apply the same
  * rule in their queries (for lists and searches); direct access asks `canSee` with the
  * target's ancestry.
  *

@@ -1,5 +1,5 @@
 /**
- * Who checks what (SPEC §5, §7): the monitor's tick (one replica at a time) assigns each due
+ * Who checks what (design §5.5, §7.2): the monitor's tick (one replica at a time) assigns each due
  * check of a paired Node through the database; whichever replica the Node is connected to
  * claims and sends it; the Node's report is accepted only for a link assigned to that Node,
  * once. A check stays assigned (not handed out again) while it is in flight, up to

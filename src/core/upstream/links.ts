@@ -1,5 +1,5 @@
 /**
- * Upstream links as units of work (SPEC §5): creating or refreshing a link with its
+ * Upstream links as units of work (design §5.1): creating or refreshing a link with its
  * `adopted` event, and committing a decided check. A check's event is appended and the
  * link's marker moved in the SAME transaction, so a marker is never committed without its
  * event, and a retried report, whose event already exists, records nothing twice.

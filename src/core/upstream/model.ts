@@ -1,5 +1,5 @@
 /**
- * Domain types of upstream monitoring (SPEC §5): links of adopted sessions to their upstream
+ * Domain types of upstream monitoring (design §5): links of adopted sessions to their upstream
  * threads, the checks the monitor hands out each tick, and the reports that answer them.
  * Times are milliseconds since the epoch.
  */
@@ -37,7 +37,7 @@ export interface UpstreamLink {
   refreshedAt: number;
   /**
    * The adopted session's id when the link was created or last checked ("" = not known). A
-   * check that finds another id knows the session was replaced meanwhile (SPEC §5).
+   * check that finds another id knows the session was replaced meanwhile (design §5.3).
    */
   sessionId: string;
 }
@@ -129,7 +129,7 @@ export type RecordOutcome =
 /**
  * The session's own recent user messages, newest first (at most 10, whitespace-normalised):
  * what the service itself sent into the session. An upstream prompt equal to one of them is
- * the service's own echo, not a person typing upstream (SPEC §5). The transcript store
+ * the service's own echo, not a person typing upstream (design §5.2). The transcript store
  * provides it; without one, nothing is treated as an echo.
  */
 export interface RecentUserMessages {

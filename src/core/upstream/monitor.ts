@@ -1,5 +1,5 @@
 /**
- * The domain entry point of upstream monitoring (SPEC §5): validates link requests and check
+ * The domain entry point of upstream monitoring (design §5): validates link requests and check
  * reports, hands out the checks of a tick, and records each report through the pure rules
  * of rules.ts and one store transaction. Transport-free and timer-free: the server's loop
  * decides when a tick happens and who runs each check (a paired Node, or the service itself

@@ -1,5 +1,5 @@
 /**
- * The pure rules of upstream monitoring (SPEC §5, issue 5). No I/O: the monitor reads the
+ * The pure rules of upstream monitoring (design §5.2, §5.3). No I/O: the monitor reads the
  * link and the session's recent messages, these rules decide what one check report means,
  * and the store commits that decision atomically.
  *
@@ -118,7 +118,7 @@ export function planCheck(link: UpstreamLink, report: CheckReport, recentMessage
           actorType: "system",
           occurredAt: now,
           summary: missingSummary(link.catalog),
-          // The catalog is the channel the session came through (SPEC §5).
+          // The catalog is the channel the session came through (design §5.3).
           payload: { channel: link.catalog },
           dedupeKey: missingDedupeKey(link.linkId),
         },
@@ -157,7 +157,7 @@ export function planCheck(link: UpstreamLink, report: CheckReport, recentMessage
 
 /**
  * Whether the adopted session was replaced (it has another session id) since the link was
- * last checked: a missing streak then starts over, and the link stays (SPEC §5). An unknown
+ * last checked: a missing streak then starts over, and the link stays (design §5.3). An unknown
  * id on either side ("" on links older than this rule, or an unregistered session) is no
  * replacement.
  */

@@ -227,7 +227,7 @@ const upstreamRules = serviceRules(UpstreamService, {
 
 const messagingRules = serviceRules(MessagingService, {
   // The sender's Gateway acts for the sender. The target is addressed, not acted for: it is
-  // reached through the requester's visibility for a change (SPEC §4), whatever its agent —
+  // reached through the requester's visibility for a change (design §4.1), whatever its agent —
   // handing a message to another agent's Gateway is what the call is for. The same holds for
   // watch: true, whose cursor belongs to the sender (its notices go to the sender's agent).
   sendToSession: { access: "act", agents: (req) => [sessionAgent("requester", req.requester)] },
@@ -238,7 +238,7 @@ const messagingRules = serviceRules(MessagingService, {
   replyToMessage: { access: "act", agents: (req) => [sessionAgent("responder", req.responder)] },
 });
 
-// The task registry (SPEC §6). Registering and updating a task acts for its session's agent.
+// The task registry (design §6.3). Registering and updating a task acts for its session's agent.
 // A cancel acts for the requester (who must control the task's tree, which the core checks);
 // without a requester it is the operator's, which reaches every agent's tasks (admin only).
 const taskRules = serviceRules(TaskService, {
@@ -250,7 +250,7 @@ const taskRules = serviceRules(TaskService, {
   cancelTask: { access: "act", agents: (req) => (req.requester ? [sessionAgent("requester", req.requester)] : EVERY_AGENT) },
 });
 
-// Delivery operations (SPEC §6) are owner-only: the agent's own gateway token or admin. Even
+// Delivery operations (design §6.4) are owner-only: the agent's own gateway token or admin. Even
 // listing them needs "act" (readers may not see a Gateway's queue intent or captured replies).
 const deliveryRules = serviceRules(DeliveryService, {
   reserveDelivery: { access: "act", agents: (req) => [sessionAgent("session", req.session)] },

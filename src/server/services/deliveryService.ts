@@ -1,4 +1,4 @@
-/** DeliveryService (SPEC §6 delivery operations, the conversations tool's turn): thin handlers over the core's Deliveries. */
+/** DeliveryService (design §6.4 delivery operations, the conversations tool's turn): thin handlers over the core's Deliveries. */
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { Deliveries } from "../../core/coordination/deliveries.js";
 import type { DeliveryService } from "../../../gen/sessionstate/v1/delivery_pb.js";

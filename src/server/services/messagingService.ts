@@ -1,4 +1,4 @@
-/** MessagingService handlers (SPEC §6), including the StreamInbox server stream. */
+/** MessagingService handlers (design §6.1, §6.2), including the StreamInbox server stream. */
 import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type ServiceImpl } from "@connectrpc/connect";

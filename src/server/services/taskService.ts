@@ -1,4 +1,4 @@
-/** TaskService (SPEC §6 task registry, the subagents tool): thin handlers over the core's TaskRegistry. */
+/** TaskService (design §6.3 task registry, the subagents tool): thin handlers over the core's TaskRegistry. */
 import type { ServiceImpl } from "@connectrpc/connect";
 import type { TaskRegistry } from "../../core/coordination/tasks.js";
 import type { TaskService } from "../../../gen/sessionstate/v1/task_pb.js";

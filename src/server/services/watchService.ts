@@ -25,7 +25,7 @@ export interface StreamSettings {
   admission?: StreamAdmission;
 }
 
-/** One pending notice per watcher and target (SPEC §3.2); its text depends only on changesSince. */
+/** One pending notice per watcher and target (design §3.2); its text depends only on changesSince. */
 const pairOf = (n: Notice) => `${n.watcherKey}\u0000${n.targetAgentId}\u0000${n.targetKey}`;
 
 /** StreamNoticesRequest.max_notices_per_message: the largest a subscriber may ask for. */
@@ -126,7 +126,7 @@ export function watchService(core: SessionState, settings: StreamSettings): Serv
       );
       // What this stream delivered, per watcher and target: a connected subscriber never gets
       // the same notice twice, whether it arrives live, in the replay, or on a re-read after
-      // another replica woke this one (SPEC §7).
+      // another replica woke this one (design §7.2).
       const sent = new Map<string, number>();
       /** The notices of `notices` this stream has not sent yet, marked as sent. */
       const unsent = (notices: readonly Notice[]) => {

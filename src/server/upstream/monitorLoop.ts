@@ -1,6 +1,6 @@
 /**
  * The monitor's clock: one tick every `intervalMs`, in every replica.
- * - The replica that leads the upstream job (one at a time, SPEC §7) takes the due checks
+ * - The replica that leads the upstream job (one at a time, design §7.2) takes the due checks
  *   (links some watcher watches whose session has no active run), assigns those of paired
  *   Nodes through the database, and runs the checks of the local catalog (empty node_id)
  *   right here with the same scanner the reference Node uses.

@@ -7,7 +7,7 @@ from sessionstate.v1 import delivery_pb2 as sessionstate_dot_v1_dot_delivery__pb
 
 class DeliveryServiceStub(object):
     """DeliveryService keeps the durable delivery operations of the `conversations` tool
-    (SPEC §4 conversations_turn, §6): before a Gateway does any transport I/O for a turn it
+    (design §6.4): before a Gateway does any transport I/O for a turn it
     reserves the operation here — one transport message id and the queue intent, stored
     durably — so a Gateway that restarts mid-delivery lists what it had not finished and
     resumes it with the same transport message id (a transport that dedupes on it sends
@@ -43,7 +43,7 @@ class DeliveryServiceStub(object):
 
 class DeliveryServiceServicer(object):
     """DeliveryService keeps the durable delivery operations of the `conversations` tool
-    (SPEC §4 conversations_turn, §6): before a Gateway does any transport I/O for a turn it
+    (design §6.4): before a Gateway does any transport I/O for a turn it
     reserves the operation here — one transport message id and the queue intent, stored
     durably — so a Gateway that restarts mid-delivery lists what it had not finished and
     resumes it with the same transport message id (a transport that dedupes on it sends
@@ -111,7 +111,7 @@ def add_DeliveryServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class DeliveryService(object):
     """DeliveryService keeps the durable delivery operations of the `conversations` tool
-    (SPEC §4 conversations_turn, §6): before a Gateway does any transport I/O for a turn it
+    (design §6.4): before a Gateway does any transport I/O for a turn it
     reserves the operation here — one transport message id and the queue intent, stored
     durably — so a Gateway that restarts mid-delivery lists what it had not finished and
     resumes it with the same transport message id (a transport that dedupes on it sends

@@ -6,7 +6,7 @@ from sessionstate.v1 import messaging_pb2 as sessionstate_dot_v1_dot_messaging__
 
 
 class MessagingServiceStub(object):
-    """MessagingService: inter-session messages across Gateways (SPEC §4 sessions_send, §6).
+    """MessagingService: inter-session messages across Gateways (design §6.1).
 
     A sender's Gateway hands a message to the service (SendToSession). The service stores it
     durably as the first message of an *exchange*, renders the receiving-prompt marking once,
@@ -53,7 +53,7 @@ class MessagingServiceStub(object):
 
 
 class MessagingServiceServicer(object):
-    """MessagingService: inter-session messages across Gateways (SPEC §4 sessions_send, §6).
+    """MessagingService: inter-session messages across Gateways (design §6.1).
 
     A sender's Gateway hands a message to the service (SendToSession). The service stores it
     durably as the first message of an *exchange*, renders the receiving-prompt marking once,
@@ -137,7 +137,7 @@ def add_MessagingServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class MessagingService(object):
-    """MessagingService: inter-session messages across Gateways (SPEC §4 sessions_send, §6).
+    """MessagingService: inter-session messages across Gateways (design §6.1).
 
     A sender's Gateway hands a message to the service (SendToSession). The service stores it
     durably as the first message of an *exchange*, renders the receiving-prompt marking once,

@@ -7,7 +7,7 @@ from sessionstate.v1 import session_pb2 as sessionstate_dot_v1_dot_session__pb2
 
 class SessionServiceStub(object):
     """SessionService is the registry of sessions: who exists, who spawned whom, and the
-    metadata the Gateway's session tools list (SPEC §1, §4).
+    metadata the Gateway's session tools list (design §1, §4).
     """
 
     def __init__(self, channel):
@@ -80,7 +80,7 @@ class SessionServiceStub(object):
 
 class SessionServiceServicer(object):
     """SessionService is the registry of sessions: who exists, who spawned whom, and the
-    metadata the Gateway's session tools list (SPEC §1, §4).
+    metadata the Gateway's session tools list (design §1, §4).
     """
 
     def UpsertSession(self, request, context):
@@ -165,7 +165,7 @@ class SessionServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def ReportRunResult(self, request, context):
-        """A Gateway reports how a run with the session's model went (model revert rule, SPEC §4):
+        """A Gateway reports how a run with the session's model went (model revert rule, design §4.3):
         a model an agent selected stays revertible until a run with it succeeds; a permanent
         failure (auth, billing, model not found) restores the previous model and appends a
         visible system note to the transcript; transient failures change nothing.
@@ -246,7 +246,7 @@ def add_SessionServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class SessionService(object):
     """SessionService is the registry of sessions: who exists, who spawned whom, and the
-    metadata the Gateway's session tools list (SPEC §1, §4).
+    metadata the Gateway's session tools list (design §1, §4).
     """
 
     @staticmethod

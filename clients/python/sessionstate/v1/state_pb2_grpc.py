@@ -7,7 +7,7 @@ from sessionstate.v1 import state_pb2 as sessionstate_dot_v1_dot_state__pb2
 
 class StateServiceStub(object):
     """StateService is the signal log: Gateways append material state changes and read the
-    exact delta since a version they have seen (SPEC §2, §3.3).
+    exact delta since a version they have seen (design §2, §3.3).
     """
 
     def __init__(self, channel):
@@ -35,7 +35,7 @@ class StateServiceStub(object):
 
 class StateServiceServicer(object):
     """StateService is the signal log: Gateways append material state changes and read the
-    exact delta since a version they have seen (SPEC §2, §3.3).
+    exact delta since a version they have seen (design §2, §3.3).
     """
 
     def AppendEvents(self, request, context):
@@ -47,7 +47,7 @@ class StateServiceServicer(object):
         raise NotImplementedError('Method not implemented!')
 
     def AppendEventStream(self, request_iterator, context):
-        """A long-lived append channel for a Gateway that records many small batches (SPEC §2.3):
+        """A long-lived append channel for a Gateway that records many small batches (design §2.3):
         each request message is one batch, handled exactly as an AppendEvents call with the
         same events (atomic: all of the batch or none of it), without the cost of a call per
         batch. Batches are handled concurrently (so they share commits) and answered in the
@@ -98,7 +98,7 @@ def add_StateServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class StateService(object):
     """StateService is the signal log: Gateways append material state changes and read the
-    exact delta since a version they have seen (SPEC §2, §3.3).
+    exact delta since a version they have seen (design §2, §3.3).
     """
 
     @staticmethod

@@ -6,7 +6,7 @@ from sessionstate.v1 import task_pb2 as sessionstate_dot_v1_dot_task__pb2
 
 
 class TaskServiceStub(object):
-    """TaskService is the task registry behind the `subagents` tool (SPEC §4, §6): Gateways
+    """TaskService is the task registry behind the `subagents` tool (design §6.3): Gateways
     register the background work they run for a session (subagent runs, ACP harnesses, CLI and
     media jobs, cron runs) and keep its state current; a session lists the active and recent
     tasks of its tree and asks for one to be cancelled. The service does not run tasks: a
@@ -43,7 +43,7 @@ class TaskServiceStub(object):
 
 
 class TaskServiceServicer(object):
-    """TaskService is the task registry behind the `subagents` tool (SPEC §4, §6): Gateways
+    """TaskService is the task registry behind the `subagents` tool (design §6.3): Gateways
     register the background work they run for a session (subagent runs, ACP harnesses, CLI and
     media jobs, cron runs) and keep its state current; a session lists the active and recent
     tasks of its tree and asks for one to be cancelled. The service does not run tasks: a
@@ -61,7 +61,7 @@ class TaskServiceServicer(object):
         state is terminal (COMPLETED, FAILED, CANCELED, REJECTED) never changes state again:
         another state is FAILED_PRECONDITION, the same one again is an idempotent retry. The
         transition into a terminal state appends the run's end to the task session's signal
-        log once (SPEC §2.1): run_completed for COMPLETED, run_failed with outcome `cancelled`
+        log once (design §2.1): run_completed for COMPLETED, run_failed with outcome `cancelled`
         for CANCELED, `timeout` for FAILED with timed_out, `error` for other FAILED and REJECTED
         — with the task's run id and the dedupe key "run-end:" + task_id, so a Gateway that also
         appends the run's end with that key records it once.
@@ -72,7 +72,7 @@ class TaskServiceServicer(object):
 
     def ListTasks(self, request, context):
         """Active tasks and recently finished ones (finished within --task-recent-minutes) whose
-        session the requester may see (SPEC §4 visibility), newest update first, in pages.
+        session the requester may see (design §4.1 visibility), newest update first, in pages.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -119,7 +119,7 @@ def add_TaskServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class TaskService(object):
-    """TaskService is the task registry behind the `subagents` tool (SPEC §4, §6): Gateways
+    """TaskService is the task registry behind the `subagents` tool (design §6.3): Gateways
     register the background work they run for a session (subagent runs, ACP harnesses, CLI and
     media jobs, cron runs) and keep its state current; a session lists the active and recent
     tasks of its tree and asks for one to be cancelled. The service does not run tasks: a

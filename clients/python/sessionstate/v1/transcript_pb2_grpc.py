@@ -7,7 +7,7 @@ from sessionstate.v1 import transcript_pb2 as sessionstate_dot_v1_dot_transcript
 
 class TranscriptServiceStub(object):
     """TranscriptService keeps the transcripts Gateways mirror, and answers sessions_history and
-    sessions_search from them (SPEC §4).
+    sessions_search from them (design §4.2).
 
     A session's transcript belongs to its current session id. ResetSession gives the session
     a new id, so its history starts empty; the earlier transcript is kept, read-only, and can
@@ -40,7 +40,7 @@ class TranscriptServiceStub(object):
 
 class TranscriptServiceServicer(object):
     """TranscriptService keeps the transcripts Gateways mirror, and answers sessions_history and
-    sessions_search from them (SPEC §4).
+    sessions_search from them (design §4.2).
 
     A session's transcript belongs to its current session id. ResetSession gives the session
     a new id, so its history starts empty; the earlier transcript is kept, read-only, and can
@@ -97,7 +97,7 @@ def add_TranscriptServiceServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class TranscriptService(object):
     """TranscriptService keeps the transcripts Gateways mirror, and answers sessions_history and
-    sessions_search from them (SPEC §4).
+    sessions_search from them (design §4.2).
 
     A session's transcript belongs to its current session id. ResetSession gives the session
     a new id, so its history starts empty; the earlier transcript is kept, read-only, and can

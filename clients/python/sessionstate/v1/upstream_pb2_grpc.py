@@ -6,7 +6,7 @@ from sessionstate.v1 import upstream_pb2 as sessionstate_dot_v1_dot_upstream__pb
 
 
 class UpstreamServiceStub(object):
-    """UpstreamService keeps adopted sessions honest (SPEC §5). A session adopted from a session
+    """UpstreamService keeps adopted sessions honest (design §5). A session adopted from a session
     catalog (for example a local coding-agent CLI whose transcript is a JSONL file) holds an
     upstream link. Every monitor tick the service checks the links that some watcher watches:
     links on a paired Node are assigned to that Node over its ConnectNode stream, links on the
@@ -44,7 +44,7 @@ class UpstreamServiceStub(object):
 
 
 class UpstreamServiceServicer(object):
-    """UpstreamService keeps adopted sessions honest (SPEC §5). A session adopted from a session
+    """UpstreamService keeps adopted sessions honest (design §5). A session adopted from a session
     catalog (for example a local coding-agent CLI whose transcript is a JSONL file) holds an
     upstream link. Every monitor tick the service checks the links that some watcher watches:
     links on a paired Node are assigned to that Node over its ConnectNode stream, links on the
@@ -119,7 +119,7 @@ def add_UpstreamServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class UpstreamService(object):
-    """UpstreamService keeps adopted sessions honest (SPEC §5). A session adopted from a session
+    """UpstreamService keeps adopted sessions honest (design §5). A session adopted from a session
     catalog (for example a local coding-agent CLI whose transcript is a JSONL file) holds an
     upstream link. Every monitor tick the service checks the links that some watcher watches:
     links on a paired Node are assigned to that Node over its ConnectNode stream, links on the

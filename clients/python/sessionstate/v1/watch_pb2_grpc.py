@@ -6,7 +6,7 @@ from sessionstate.v1 import watch_pb2 as sessionstate_dot_v1_dot_watch__pb2
 
 
 class WatchServiceStub(object):
-    """WatchService: cursors of watchers on targets and the one-notice protocol (SPEC §3.1, §3.2).
+    """WatchService: cursors of watchers on targets and the one-notice protocol (design §3.1, §3.2).
     """
 
     def __init__(self, channel):
@@ -43,7 +43,7 @@ class WatchServiceStub(object):
 
 
 class WatchServiceServicer(object):
-    """WatchService: cursors of watchers on targets and the one-notice protocol (SPEC §3.1, §3.2).
+    """WatchService: cursors of watchers on targets and the one-notice protocol (design §3.1, §3.2).
     """
 
     def Watch(self, request, context):
@@ -122,7 +122,7 @@ def add_WatchServiceServicer_to_server(servicer, server):
 
  # This class is part of an EXPERIMENTAL API.
 class WatchService(object):
-    """WatchService: cursors of watchers on targets and the one-notice protocol (SPEC §3.1, §3.2).
+    """WatchService: cursors of watchers on targets and the one-notice protocol (design §3.1, §3.2).
     """
 
     @staticmethod
