@@ -4,7 +4,7 @@
  * which counts the instructions of the main thread exactly — the same code and input give the
  * same count within about 0.1 %, whatever else the machine does. Timings on a shared VM move
  * by a third from one minute to the next; a count tells a 3 % change in the core apart, which
- * is what an A/B of one change needs (docs/performance.md, round 14).
+ * is what an A/B of one change needs (docs/decisions/016-how-the-bench-measures.md).
  *
  * Each figure is the count of a run with N events less the count of a run with none (start-up,
  * module loading and the warm-up are the same in both), divided by N. Needs `valgrind`

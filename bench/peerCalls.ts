@@ -13,7 +13,7 @@ import { Redis } from "ioredis";
 // The Gateway's side as a Gateway runs it: the installed client package (its compiled dist,
 // through the workspace link), not src/client through tsx — tsx's transform wraps every
 // function it defines (esbuild's keepNames), which cost the record path about 30 % more
-// client CPU (docs/performance.md, round 20). `npm run bench` rebuilds the package when stale.
+// client CPU (docs/decisions/016-how-the-bench-measures.md). `npm run bench` rebuilds the package when stale.
 import { coalesceRecords, createGatewayClients, recordEvent, type EventInit } from "@sessionstate/client";
 import { ActorType, EventKind } from "@sessionstate/client/v1/event";
 import { EventInputSchema } from "@sessionstate/client/v1/state";

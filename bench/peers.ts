@@ -34,7 +34,7 @@ const START_HINT = "(start it with the command in docs/performance.md#peers)";
 /**
  * The discarded warm-up round of this section, per step: the goal is a rate a Gateway
  * sustains, and a fresh process records over the stream at half its steady rate for its first
- * seconds (the JIT of the service and of the client; docs/performance.md, rounds 16 and 17),
+ * seconds (the JIT of the service and of the client; docs/decisions/016-how-the-bench-measures.md),
  * as JetStream's client also climbs. Every step, peers included, warms this long.
  */
 const SUSTAINED_WARM_UP_MS = 5_000;

@@ -4,7 +4,7 @@
  * SQLite appends a transaction's frames to the WAL with two write calls per frame (its
  * 24-byte header, then the page) and, with synchronous = NORMAL, no sync. Under many small
  * commits those calls were most of what a COMMIT cost on our machines (a system call costs
- * several microseconds under their hypervisor; docs/performance.md). This VFS wraps the
+ * several microseconds under their hypervisor; docs/decisions/010-gathered-wal-writes.md). This VFS wraps the
  * default one and, for WAL files only, gathers writes that continue exactly where the last
  * write to the file ended, and hands them on in one call (in chunks the unix VFS accepts):
  *

@@ -20,9 +20,9 @@
  *
  * native/walcoalesce.c is compiled with the machine's C compiler (`cc`, or $CC) against the
  * SQLite headers better-sqlite3 ships, into dist/walcoalesce.so (.dylib on macOS): the VFS
- * the service loads so a commit's WAL frames leave in one write (docs/performance.md, round
- * 9). Without a compiler the build says so and goes on; the service then writes the WAL as
- * SQLite does.
+ * the service loads so a commit's WAL frames leave in one write
+ * (docs/decisions/010-gathered-wal-writes.md). Without a compiler the build says so and goes
+ * on; the service then writes the WAL as SQLite does.
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
@@ -70,7 +70,7 @@ export async function buildServer() {
 /**
  * The bundle in ASCII only. A source with one character above U+00FF is a two-byte string in
  * V8: every start then decodes the file on UTF-8's slow path and hashes and keeps twice the
- * bytes (about 20 ms of a start here, docs/performance.md "Start-up"). esbuild already escapes
+ * bytes (about 20 ms of a start here, docs/decisions/013-start-up-bundle.md). esbuild already escapes
  * such characters in strings, templates and regular expressions; what it leaves is in the
  * comments it keeps (section signs, arrows, dashes), rewritten here as \u escapes.
  */

@@ -1,5 +1,5 @@
 /**
- * Who may do what (issue 6), over a real server with a token file: every caller against every
+ * Who may do what (docs/security.md), over a real server with a token file: every caller against every
  * RPC registered in PRODUCT_SERVICES, over every protocol; then the scope rules in detail.
  *
  * The matrix asserts only the auth outcome: UNAUTHENTICATED, PERMISSION_DENIED from the

@@ -1,9 +1,9 @@
 /**
- * The attacks of issue 10 against a real server process (the bundled CLI, as in the fault
- * tests), with short limits so the tests stay quick. Each asserts the limit holds: answers
- * arrive, descriptors and connections are closed, resident memory stays bounded, the event
- * loop stays free for others. Bounds are generous: they separate "limited" from "not
- * limited", not fast from slow.
+ * The attacks the front door's limits stop (docs/security.md#limits), against a real server
+ * process (the bundled CLI, as in the fault tests), with short limits so the tests stay quick.
+ * Each asserts the limit holds: answers arrive, descriptors and connections are closed,
+ * resident memory stays bounded, the event loop stays free for others. Bounds are generous:
+ * they separate "limited" from "not limited", not fast from slow.
  */
 import { createClient } from "@connectrpc/connect";
 import { createGrpcTransport } from "@connectrpc/connect-node";

@@ -1,5 +1,5 @@
 /**
- * Authorization from the headers (issue 10): a call without a valid token, or whose role may
+ * Authorization from the headers (docs/security.md#denials): a call without a valid token, or whose role may
  * never make it, is answered as soon as its headers arrive — in the framing of its own
  * protocol — and its body is never read: the tests send headers and then nothing, which a
  * server that reads the body first would wait on forever. Denials are logged at most once

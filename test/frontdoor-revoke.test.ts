@@ -1,5 +1,5 @@
 /**
- * A token reload ends the open streams of the tokens it removed (issue 10): a real server
+ * A token reload ends the open streams of the tokens it removed (docs/security.md#token-file): a real server
  * process with a token file, open StreamNotices, ConnectNode and health Watch streams, then
  * the file rewritten without two of the tokens and SIGHUP. The streams of removed tokens end
  * with UNAUTHENTICATED; the stream of a token that stays keeps flowing.

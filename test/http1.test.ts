@@ -1,5 +1,5 @@
 /**
- * HTTP/1.1 and h2c on one cleartext port (issue 11): plain curl, Connect GET for read-only
+ * HTTP/1.1 and h2c on one cleartext port (docs/contract.md#transports): plain curl, Connect GET for read-only
  * RPCs, the generated clients over HTTP/1.1 and HTTP/2 on the same port, CORS for browsers
  * behind a flag, and the keep-alive idle limit.
  */

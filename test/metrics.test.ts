@@ -1,5 +1,5 @@
 /**
- * Operations endpoints (issue 11): /metrics in Prometheus text with the RPC, domain, store and
+ * Operations endpoints (docs/deployment.md#probes-metrics-and-logs): /metrics in Prometheus text with the RPC, domain, store and
  * front-door figures; /healthz and /readyz; who may read /metrics with a token file, or its
  * own listener; the per-RPC log line.
  */

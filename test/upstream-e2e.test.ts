@@ -1,5 +1,5 @@
 /**
- * Upstream monitoring end to end (issue 5): a real server with a short monitor interval and
+ * Upstream monitoring end to end (design §5): a real server with a short monitor interval and
  * a REAL Node agent child process (`node bin/sessionstate.js node …`) scanning fixture JSONL
  * transcripts written by this test. A human line appended upstream gives exactly one event
  * and one notice at the watcher; an echo of the session's own recent prompt gives none;

@@ -30,7 +30,7 @@ const RSS_GROWTH_BOUND = 48 * MiB;
 /**
  * RSS is compared as the median of its samples (one every 2 s) in the first minute after
  * warm-up and in the last minute: one sample each caught V8's heap at a high point once and
- * read 60.6 MiB of growth where the live heap was flat (docs/reliability.md, round 10).
+ * read 60.6 MiB of growth where the live heap was flat (docs/decisions/016-how-the-bench-measures.md).
  */
 const RSS_WINDOW_MS = 60_000;
 /**

@@ -9,7 +9,7 @@
  *   Connect envelope written to the stream, each answer is read from its envelope. The
  *   generic path takes every message through several layers of async iterables and decodes
  *   every result through reflection; on the client those layers were most of what a batch
- *   cost besides its events (docs/performance.md, round 19), and the client's time is half of
+ *   cost besides its events (docs/decisions/012-direct-paths.md), and the client's time is half of
  *   every round trip the coalesced callers wait for.
  *
  * Both send the same bytes for a batch and give the same answers; the service cannot tell

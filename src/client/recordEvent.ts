@@ -427,7 +427,7 @@ class Coalescer {
       // one's callers prepare their next records while the second commits: client and service
       // work at the same time instead of taking turns,
       // and a stream batch costs little (16 callers: 13–26 % more events per second,
-      // docs/performance.md, round 7).
+      // docs/decisions/009-two-stream-batches.md).
       const cut = this.streaming() && this.inFlight === 0 && this.maxInFlight() >= 2 ? sessionBoundaryNear(this.queue, n) : 0;
       const batch = this.queue.splice(0, n);
       // Both parts answer to the latest deadline of the whole batch, as the batch would have.

@@ -1,5 +1,5 @@
 /**
- * Who may do what (issue 6): roles, their scopes and the pure decision whether a caller may
+ * Who may do what (docs/security.md): roles, their scopes and the pure decision whether a caller may
  * make a call. Transport-free: the server's interceptor authenticates the bearer token, works
  * out what the call touches (src/server/auth/policy.ts) and asks `decide`.
  */

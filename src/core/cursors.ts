@@ -124,10 +124,9 @@ export async function dropCursorsOfSession(ctx: WriteContext, session: SessionId
 /**
  * Cursors one transaction of the idle-cursor sweep looks at. The sweep walks the cursors in
  * key order, so no index on when a cursor was last touched is needed, which every fan-out and
- * ack would have to move. On SQLite, over a million cursors: a step takes about 1 ms when
- * nothing expires (201 steps, 0.2 s in all) and up to about 90 ms when thousands do (half
- * of them: 8 s in all). One DELETE read the whole table, 52 ms at every pass, and held the
- * writer for 3 s when they all expired at once.
+ * ack would have to move. Each step stays short whatever the table's size, where one DELETE
+ * read the whole table at every pass and held the writer for seconds when many cursors expired
+ * at once (docs/decisions/011-pruning-by-index-ranges.md).
  */
 export const CURSOR_SWEEP_SCAN = 5000;
 

@@ -9,7 +9,7 @@
  * watcher reconciling after its notice, design §3.3), and at high append rates a cache that kept
  * every appended event for as long as 20,000 others came in held each one past the young
  * generation of the garbage collector, which then copied, promoted and later swept every event
- * (docs/performance.md, round 18).
+ * (docs/decisions/015-appended-events-ring.md).
  */
 import { BoundedMap } from "./boundedMap.js";
 import type { SignalEvent } from "./model.js";

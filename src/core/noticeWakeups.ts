@@ -53,8 +53,8 @@ export function decodeSlice(key: string): NoticeSlice | undefined {
  * UTF-8 byte order: how both databases order keys (binary, COLLATE "C"), unlike JS string
  * order. Where the first differing code units are both below U+D800 it is their order; any
  * other difference (surrogates, U+E000 and above) is settled by encoding both strings and
- * comparing the bytes (a fan-out step compares a thousand keys; encoding every pair cost
- * ≈ 1.5 ms a step).
+ * comparing the bytes (a fan-out step compares a thousand keys, and encoding every pair was a
+ * measurable part of the step).
  */
 export function byteOrder(a: string, b: string): number {
   const n = Math.min(a.length, b.length);

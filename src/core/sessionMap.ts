@@ -1,7 +1,7 @@
 /**
  * Values by session, kept by agent, then session key: two levels, so no key string is built and
  * hashed per lookup (on an append's path that was a few per cent of its instructions,
- * docs/performance.md round 14). With a `capacity`, the map starts again empty once it would
+ * docs/decisions/014-core-work-per-event.md). With a `capacity`, the map starts again empty once it would
  * hold more sessions (what is in use comes back with its next read).
  */
 import type { SessionId } from "./keys.js";

@@ -108,7 +108,7 @@ interface EventFields {
 /**
  * Made once per index and kept (at most MAX_BATCH_EVENTS): building the names for every
  * event, though an error needs them only once, was a tenth of what an append allocated
- * (docs/performance.md, round 18).
+ * (docs/decisions/014-core-work-per-event.md).
  */
 const eventFieldsByIndex: EventFields[] = [];
 

@@ -4,8 +4,8 @@
  * A backend only loads and saves rows. Every rule of docs/design.md — dedupe, the human-turn gate,
  * the cursor lifecycle, self-suppression, the one-notice protocol, retention, transcripts,
  * settings, upstream links — lives in src/core and runs against these row operations inside
- * one transaction, so both backends behave the same by construction (the store conformance
- * suite, test/conformance, checks that they do).
+ * one transaction, so both backends behave the same by construction (the test files listed in
+ * BOTH_BACKENDS of vitest.config.ts run on each backend and check that they do).
  *
  * Row operations return `Awaitable<T>`: the embedded backend answers synchronously, the
  * networked one with a promise; rule code awaits them (an append's own steps only when they are
@@ -39,7 +39,7 @@ export type Awaitable<T> = T | Promise<T>;
 /**
  * Whether a row operation answered with a promise. An append's own steps (its head, its
  * insert, the check for idle watchers) await only then: awaiting the embedded backend's plain
- * values cost every event a microtask turn and its allocations (docs/performance.md, round 18).
+ * values cost every event a microtask turn and its allocations (docs/decisions/014-core-work-per-event.md).
  */
 export function isPromise<T>(value: Awaitable<T>): value is Promise<T> {
   return typeof (value as { then?: unknown } | undefined)?.then === "function";

@@ -112,7 +112,7 @@ export class WatchableStore {
       ctx = new UnitContext(tx, this.clock());
       const value = await unit(ctx);
       // The slices are for other processes only (this one publishes the notices themselves):
-      // worked out where somebody can hear them (a fan-out step's 500 notices: ≈ 5 % of it).
+      // worked out where somebody can hear them (docs/decisions/008-fan-out-steps.md).
       if (ctx.notices.length > 0 && this.storage.sharedWithOtherProcesses) await tx.announce(NOTICES_TOPIC, slicesOf(ctx.notices).map(encodeSlice));
       for (const [topic, keys] of ctx.wakes) await tx.announce(topic, [...keys]);
       return value;

@@ -3,7 +3,7 @@
  *
  * protobuf-es decodes a message by reflection: ≈ 9 µs per event of a 100-event
  * AppendEventsRequest here, a sixth of the server's time on 100-event appends
- * (docs/performance.md, round 6). Binary requests of these two methods are therefore served by
+ * (docs/decisions/007-hand-written-codecs.md). Binary requests of these two methods are therefore served by
  * a wire form of the same methods whose `events` field is declared `repeated bytes`: an
  * embedded message and a bytes field share wire type 2, so Connect hands each EventInput over
  * as its bytes, and `readEventInput` builds the typed message from them by hand. Whatever the

@@ -74,7 +74,7 @@ function writeResult(out: Uint8Array, at: number, o: AppendOutcome, reason: Uint
  * field as its tag, then its data verbatim, so data that holds the first entry's length and
  * message followed by every further entry's tag, length and message is on the wire exactly
  * the repeated field. (An unknown field and a buffer for each result cost an append more
- * than its results' encoding: docs/performance.md, round 18.)
+ * than its results' encoding: docs/decisions/007-hand-written-codecs.md.)
  */
 export function appendResultsField(outcomes: readonly AppendOutcome[], fieldNumber: number): UnknownField[] | undefined {
   if (outcomes.length === 0) return [];

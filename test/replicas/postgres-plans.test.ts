@@ -78,7 +78,7 @@ describe("PostgreSQL plans of a fan-out step", () => {
   it("with statistics, writes a step's marks with one index probe per watcher of the step", async () => {
     // Before the first ANALYZE (autovacuum's, within about a minute of a burst of Watch calls)
     // PostgreSQL believes the target has one cursor and hashes all of them instead: about
-    // 1.6 times the time of a 500-watcher step here (docs/performance.md, round 8).
+    // 1.6 times the time of a 500-watcher step here (docs/decisions/008-fan-out-steps.md).
     await client.query("ANALYZE session_watch_cursors");
     const sql = await statementOf((rows) => rows.saveCursorMarks(TARGET, ["agent:fan:w-1", "agent:fan:w-2"], { notified: 5, material: 5, updatedAt: 2 }));
     const plan = await genericPlan(sql, ["5", "5", "2", "'fan'", "'agent:fan:target'", "ARRAY['agent:fan:w-1', 'agent:fan:w-2']"]);

@@ -5,7 +5,8 @@
  * default the writing connection runs itself, inside the COMMIT that crosses 1,000 pages of
  * log: it copies every page changed since the last one and (with synchronous=normal or full)
  * waits for two fsyncs. On the one connection of this service that is time every caller
- * waits for: measured here, about a quarter of the write throughput of small group commits.
+ * waits for: about a quarter of the write throughput of small group commits
+ * (docs/decisions/003-checkpoints-off-the-event-loop.md).
  *
  * The background checkpointer is a worker thread with a connection of its own that runs
  * PASSIVE checkpoints: it never takes the write lock and never waits for it, so the serving

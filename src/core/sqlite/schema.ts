@@ -79,7 +79,7 @@ const MIGRATIONS: string[] = [
   CREATE INDEX cursors_by_target ON session_watch_cursors (target_agent_id, target_key);
   CREATE INDEX cursors_by_agent ON session_watch_cursors (watcher_agent_id);
   `,
-  // Session tools (issue 4): transcripts with their full-text index, patchable session
+  // Session tools (design §4.2): transcripts with their full-text index, patchable session
   // settings, the pending agent model selection and the global group catalog.
   `
   ALTER TABLE sessions ADD COLUMN sidebar_icon TEXT NOT NULL DEFAULT '';
@@ -161,7 +161,7 @@ const MIGRATIONS: string[] = [
     updated_at  INTEGER NOT NULL
   );
   `,
-  // Upstream monitoring (issue 5): links of adopted sessions with their durable markers.
+  // Upstream monitoring (design §5): links of adopted sessions with their durable markers.
   `
   -- marker is the opaque resume state of the last committed check (NULL = no baseline yet);
   -- marker_version goes up with every committed change, and reports must name it.
@@ -192,7 +192,7 @@ const MIGRATIONS: string[] = [
     DELETE FROM upstream_links WHERE agent_id = old.agent_id AND session_key = old.session_key;
   END;
   `,
-  // Session tools (issue 4): index each message's transcript as a token too, so a search
+  // Session tools (design §4.2): index each message's transcript as a token too, so a search
   // limited to a few sessions (self/tree visibility, or one session) intersects inside FTS5
   // instead of walking every match of a common phrase. search_text stays column 0.
   `

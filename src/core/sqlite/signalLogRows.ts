@@ -29,7 +29,7 @@ export class SqliteSignalLogRows implements SignalLogRows {
    * Heads as this connection last read or wrote them: every append reads its session's head
    * and writes it back, and only this connection writes the file (processLock.ts), so a
    * remembered head is the row. The storage calls `forget` on every rollback
-   * (docs/performance.md, round 14).
+   * (docs/decisions/014-core-work-per-event.md).
    */
   private readonly heads = new SessionMap<SessionHead>(HEAD_CACHE_CAPACITY);
   constructor(db: Database.Database) {

@@ -45,9 +45,8 @@ import {
  * appends). The rest of a burst waits for the next turn of the event loop, after this
  * commit's answers have gone out, so a burst of large batches reaches its callers in parts
  * and they prepare their next batches while the later parts commit. One commit for the whole
- * burst leaves both sides taking turns. Measured with 16 calls of 100 events in flight: 300
- * gave about 20 % more events per second than no bound (7 rounds of 8); 200 and 500 gained
- * less and 150 lost, a commit's pages being its largest fixed cost. A unit heavier than this
+ * burst leaves both sides taking turns. 300 did best of the bounds tried, a commit's pages
+ * being its largest fixed cost (docs/decisions/005-group-commit.md). A unit heavier than this
  * still commits, alone.
  */
 export const GROUP_COMMIT_MAX_EVENTS = 300;
@@ -59,8 +58,7 @@ export const GROUP_COMMIT_MAX_EVENTS = 300;
  * shared commit costs it little (three concurrent 100-event calls to the same sessions). The
  * others commit next, on the next turn of the event loop, after this commit's answers have
  * gone out: their callers prepare the next batches while those commit, instead of both sides
- * taking turns. Measured with 16 callers (docs/performance.md, round 10): 8 gave the stream of
- * recorded events +18 % and 100-event calls +3 %; without the sharing rule, 100-event calls lost 13 %.
+ * taking turns. Why 8, and what the sharing rule is worth: docs/decisions/005-group-commit.md.
  */
 export const GROUP_COMMIT_FILL_EVENTS = 8;
 

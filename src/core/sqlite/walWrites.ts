@@ -1,7 +1,7 @@
 /**
  * How commits reach the WAL file. SQLite writes each frame of a commit with two write calls
  * (its header, then the page); under many small commits those calls were most of what a
- * COMMIT cost (docs/performance.md, round 9). `gathered` (the default) loads walcoalesce
+ * COMMIT cost (docs/decisions/010-gathered-wal-writes.md). `gathered` (the default) loads walcoalesce
  * (native/walcoalesce.c, compiled into dist/ by the build), a VFS that hands a commit's
  * frames to the file system in one call, in the same order and before SQLite publishes them,
  * so readers, the checkpointer and crash recovery see exactly what they saw before.

@@ -5,7 +5,7 @@
  * Why: AppendEventStream answers a batch of a few events per request message, and Connect's
  * pipeline (a dozen async iterables per call, each step through its ES2017 build's generator
  * helpers, on the way in and on the way out) cost about half of what a batch paid besides its
- * events: ≈ 72 of ≈ 144 µs (docs/performance.md, round 12).
+ * events: ≈ 72 of ≈ 144 µs (docs/decisions/012-direct-paths.md).
  *
  * What stays the same: the call runs through the same interceptors (call outcome, error
  * mapping and the restating of request faults, the reading of wire-form append requests,

@@ -6,7 +6,7 @@
  * unary call pays whatever it does — the negotiation around the handler (the request's URL
  * parsed again, the content type matched) and, when the call ends, an abort of the handler
  * context without a reason, for which Node builds a DOMException and captures its stack
- * (6.6 % of the server's time alone; docs/performance.md, round 18).
+ * (6.6 % of the server's time alone; docs/decisions/012-direct-paths.md).
  *
  * What stays the same: the handler context is made by Connect's createHandlerContext, the
  * compression negotiated by its compressionNegotiate, the body read by its readAllBytes, the

@@ -55,7 +55,7 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
   const settings = { maxConcurrentStreams: options.maxStreamsPerConnection, initialWindowSize: options.receiveWindowBytes };
   // The connection's window starts at the protocol's 64 KiB whatever SETTINGS say (RFC 9113
   // §6.9.2): concurrent calls of batched events (16 × 11 KiB) would wait on the server's
-  // window updates, which it sends only between its own turns (docs/performance.md, round 15).
+  // window updates, which it sends only between its own turns (docs/decisions/006-http2-windows.md).
   const opened = (session: http2.ServerHttp2Session) => {
     connections.http2Session(session);
     if (options.receiveWindowBytes > DEFAULT_WINDOW_BYTES) session.setLocalWindowSize(options.receiveWindowBytes);
