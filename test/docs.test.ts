@@ -2,8 +2,9 @@
  * The docs a newcomer reads stay true to the code: docs/configuration.md has one table row
  * per serve setting (config.ts SETTINGS: flag, environment variable, default) and no other,
  * every relative link between README.md and docs/ (decision records included) reaches an
- * existing file (and heading, when it names one), and every "design §N.M" citation in the
- * sources, tests, contract and docs names a section docs/design.md has.
+ * existing file (and heading, when it names one), every "design §N.M" citation in the
+ * sources, tests, contract and docs names a section docs/design.md has, and every docs/ page a
+ * source comment points to exists.
  */
 import { existsSync, readdirSync, readFileSync, statSync } from "node:fs";
 import { dirname, join, relative, resolve } from "node:path";
@@ -161,6 +162,22 @@ describe("citations of docs/design.md", () => {
       });
     }
     expect(citations).toBeGreaterThan(200);
+    expect(broken).toEqual([]);
+  });
+
+  it("every docs/ page a source, test or contract comment names exists, with its heading", () => {
+    const broken: string[] = [];
+    for (const file of CITING_FILES.filter((f) => !f.endsWith(".md"))) {
+      read(file)
+        .split("\n")
+        .forEach((line, i) => {
+          for (const m of line.matchAll(/\bdocs\/([\w./-]+?\.md)(?:#([\w-]+))?/g)) {
+            const page = `docs/${m[1]!}`;
+            if (!existsSync(join(ROOT, page))) broken.push(`${file}:${i + 1}: ${page} does not exist`);
+            else if (m[2] !== undefined && !anchorsOf(read(page)).has(m[2])) broken.push(`${file}:${i + 1}: ${page} has no heading #${m[2]}`);
+          }
+        });
+    }
     expect(broken).toEqual([]);
   });
 
