@@ -8,6 +8,10 @@
  *   node scripts/build.mjs --if-stale   the server bundle, the WAL library and the client package,
  *                                       each only when one of its inputs changed since it was
  *                                       built (`npm start`, the test set-up, the bench and the soak)
+ *   node scripts/build.mjs --prepare    npm's `prepare` (npm ci, npm pack): everything, or, when the
+ *                                       build tools are not installed (`npm ci --omit=dev`), nothing
+ *                                       but a note: a production install runs the built dist/ it was
+ *                                       packed with (docs/deployment.md#production)
  *
  * The server ships as one CommonJS file, dist/sessionstate.cjs (src/cli/main.ts with every
  * dependency but the native better-sqlite3 inlined), which bin/sessionstate.js runs through
@@ -28,6 +32,7 @@
  */
 import { spawn } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
+import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
 import { join, relative } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -40,6 +45,8 @@ const CODE_CACHE = join(DIST, ".code-cache");
 const INPUTS = join(DIST, "sessionstate.inputs.json");
 const NATIVE_SOURCE = join(ROOT, "native/walcoalesce.c");
 export const NATIVE_LIBRARY = join(DIST, `walcoalesce.${process.platform === "darwin" ? "dylib" : "so"}`);
+/** The licences of the packages inlined in the bundle, shipped beside it. */
+const THIRD_PARTY_LICENSES = join(DIST, "sessionstate.cjs.licenses.txt");
 /** Files that change the bundle without being one of its inputs. */
 const BUILD_FILES = ["package.json", "package-lock.json", "scripts/build.mjs", "bin/sessionstate.js"];
 
@@ -63,8 +70,29 @@ export async function buildServer() {
   });
   writeFileSync(SERVER_BUNDLE, await asciiBundleChecked(readFileSync(SERVER_BUNDLE, "utf8")));
   writeFileSync(INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
+  writeFileSync(THIRD_PARTY_LICENSES, thirdPartyLicenses(Object.keys(result.metafile.inputs)));
   rmSync(CODE_CACHE, { recursive: true, force: true });
   await warmCodeCache();
+}
+
+/**
+ * The bundle carries code of other packages; their licences (most ask that their notice
+ * travel with every copy) are collected from node_modules into one text file beside it.
+ */
+function thirdPartyLicenses(inputs) {
+  const packages = new Set();
+  for (const file of inputs) {
+    const m = /^node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(file);
+    if (m) packages.add(m[1]);
+  }
+  const sections = [...packages].sort().map((name) => {
+    const dir = join(ROOT, "node_modules", name);
+    const manifest = JSON.parse(readFileSync(join(dir, "package.json"), "utf8"));
+    const licenseFile = readdirSync(dir).find((f) => /^(licen[cs]e|copying)(\.|$)/i.test(f));
+    const text = licenseFile ? readFileSync(join(dir, licenseFile), "utf8").trim() : `(the package ships no licence file; its package.json: ${manifest.license ?? "none given"})`;
+    return `${manifest.name}@${manifest.version} (${manifest.license ?? "unknown"})\n\n${text}\n`;
+  });
+  return `The packages inlined in sessionstate.cjs, with their licences.\n\n${sections.join("\n" + "-".repeat(72) + "\n\n")}`;
 }
 
 /**
@@ -207,8 +235,32 @@ export async function buildClient() {
   writeFileSync(CLIENT_STAMP, "");
 }
 
+/** The dev dependencies the build runs that are not installed (`npm ci --omit=dev` leaves them out). */
+function missingBuildTools() {
+  const require = createRequire(import.meta.url);
+  return ["esbuild", "typescript"].filter((name) => {
+    try {
+      require.resolve(name);
+      return false;
+    } catch {
+      return true;
+    }
+  });
+}
+
 async function main(args) {
   const started = performance.now();
+  if (args.includes("--prepare")) {
+    const missing = missingBuildTools();
+    if (missing.length > 0) {
+      // A production install of a checkout: nothing to build with, and nothing to fail. The
+      // packed server (npm pack) carries its built dist/ instead.
+      const have = existsSync(SERVER_BUNDLE) ? "the existing dist/ is used as it is" : "dist/ is not built, so `sessionstate serve` cannot run from this checkout";
+      process.stderr.write(`build: skipped: ${missing.join(" and ")} (dev dependencies) not installed; ${have}. Run \`npm ci\` with dev dependencies to build, or install the packed server (docs/deployment.md#production)\n`);
+      return;
+    }
+    args = args.filter((a) => a !== "--prepare");
+  }
   const step = async (name, fn) => {
     const t0 = performance.now();
     await fn();

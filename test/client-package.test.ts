@@ -64,10 +64,12 @@ describe("@sessionstate/client package", () => {
   });
 
   it("depends only on connect, connect-node and protobuf, at the versions the repository pins", () => {
+    // The root has them as dev dependencies: the server bundle inlines them.
+    const pinned = { ...rootPackage.dependencies, ...rootPackage.devDependencies };
     expect(clientPackage.dependencies).toEqual({
-      "@bufbuild/protobuf": rootPackage.dependencies["@bufbuild/protobuf"],
-      "@connectrpc/connect": rootPackage.dependencies["@connectrpc/connect"],
-      "@connectrpc/connect-node": rootPackage.dependencies["@connectrpc/connect-node"],
+      "@bufbuild/protobuf": pinned["@bufbuild/protobuf"],
+      "@connectrpc/connect": pinned["@connectrpc/connect"],
+      "@connectrpc/connect-node": pinned["@connectrpc/connect-node"],
     });
     expect(clientPackage.devDependencies ?? {}).toEqual({});
     expect(clientPackage.private).toBeUndefined();
