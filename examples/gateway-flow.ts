@@ -4,7 +4,7 @@
  *   npx tsx examples/gateway-flow.ts --server http://127.0.0.1:8080
  *
  * A main session spawns a child; a person writes straight into the child; the main session's
- * notice subscription gets ONE notice, reconciles with GetStatus changes_since, and drains
+ * notice subscription gets ONE notice, reconciles with GetStatus changes_since, and takes
  * (acks) it. Keys carry a random suffix, so the example can run again on the same database.
  */
 import { randomBytes } from "node:crypto";
@@ -56,7 +56,7 @@ const recorded = await recordEvent(
 );
 say("record", recorded);
 
-// 4. The main session is woken; its turn sees one notice, reconciles the exact delta, then drains (acks).
+// 4. The main session is woken; its turn sees one notice, reconciles the exact delta, then takes and acks it.
 const notice = await wake;
 say("wake", { watcher: notice.watcherSessionKey, text: notice.text, changesSince: notice.changesSince });
 const status = await clients.state.getStatus({ session: { sessionKey: notice.targetSessionKey }, changesSince: notice.changesSince });
@@ -65,7 +65,7 @@ say("reconcile", {
   events: status.stateChanges?.events.map((e) => `${e.sequence} ${EventKind[e.kind]} ${ActorType[e.actorType]}: ${e.summary}`),
   historyGap: status.stateChanges?.historyGap,
 });
-const drained = await subscription.drain(main);
+const drained = await subscription.takeAndAck(main);
 const cursor = (await clients.watch.listWatchCursors({ selector: { case: "watcherSessionKey", value: main } })).cursors[0];
 say("drain", { noticesReceived, drained: drained.length, lastSeen: cursor?.lastSeenSequence, pending: cursor?.noticePending, queued: subscription.pending(main).length });
 

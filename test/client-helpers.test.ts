@@ -317,7 +317,7 @@ describe("NoticeSubscription", () => {
   it("is refused once, without retrying, for a selector the service rejects", async () => {
     const t = await server();
     const c = gateway(t.url);
-    const sub = subscribe(c, { agentId: undefined, watcherKeys: ["global"] });
+    const sub = subscribe(c, { agentId: undefined, watcherKeys: ["global"] }).start();
     await sub.ended;
     expect(sub.state).toBe("failed");
     expect(sub.failure?.code).toBe(Code.InvalidArgument);

@@ -1,20 +1,33 @@
 /**
- * The client package as a Gateway gets it: `npm pack` of packages/client, publint and
- * arethetypeswrong on the tarball, then a fresh consumer project installs the tarball,
- * compiles test/fixtures/consumer/consumer.ts with strict tsc (strict,
+ * The client package as a Gateway gets it: `npm pack` of packages/client, publint,
+ * arethetypeswrong and `npm publish --dry-run` on it, then a fresh consumer project installs
+ * the tarball, compiles test/fixtures/consumer/consumer.ts with strict tsc (strict,
  * exactOptionalPropertyTypes, noUncheckedIndexedAccess, no skipLibCheck) and runs it with
- * plain `node` against a real server.
+ * plain `node` against a real server; and compiles test/fixtures/consumer/commonjs.cts as
+ * CommonJS (`module: nodenext`, as the package's README says) and runs that, checking that the
+ * helpers wrote nothing on stderr without a logger.
  *
  * Installing uses npm's cache first (`--prefer-offline`): after `npm ci` every dependency of
  * the package is in it, so this needs the registry only on a machine that never installed.
  */
 import { execFile } from "node:child_process";
 import { copyFileSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { createServer } from "node:net";
 import { join } from "node:path";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { startTestServer, tempDir, type TestServer } from "./support/harness.js";
+
+/** A port that was free a moment ago and has no listener now. */
+function closedPort(): Promise<number> {
+  return new Promise((resolve) => {
+    const probe = createServer().listen(0, "127.0.0.1", () => {
+      const { port } = probe.address() as { port: number };
+      probe.close(() => resolve(port));
+    });
+  });
+}
 
 const ROOT = fileURLToPath(new URL("..", import.meta.url));
 const run = promisify(execFile);
@@ -48,6 +61,7 @@ describe("@sessionstate/client package", () => {
   it("holds the compiled helpers and every generated service, and nothing else", () => {
     expect(packedFiles).toContain("package.json");
     expect(packedFiles).toContain("README.md");
+    expect(packedFiles).toContain("CHANGELOG.md");
     for (const name of generated) {
       expect(packedFiles).toContain(`dist/gen/sessionstate/v1/${name}_pb.js`);
       expect(packedFiles).toContain(`dist/gen/sessionstate/v1/${name}_pb.d.ts`);
@@ -58,7 +72,7 @@ describe("@sessionstate/client package", () => {
     }
     // No TypeScript sources, tests, server or SQLite code.
     const stray = packedFiles.filter(
-      (f) => !["package.json", "README.md"].includes(f) && !/^dist\/(src\/client|gen\/sessionstate\/v1)\/[^/]+\.(js|d\.ts)$/.test(f),
+      (f) => !["package.json", "README.md", "CHANGELOG.md"].includes(f) && !/^dist\/(src\/client|gen\/sessionstate\/v1)\/[^/]+\.(js|d\.ts)$/.test(f),
     );
     expect(stray).toEqual([]);
   });
@@ -73,6 +87,21 @@ describe("@sessionstate/client package", () => {
     });
     expect(clientPackage.devDependencies ?? {}).toEqual({});
     expect(clientPackage.private).toBeUndefined();
+  });
+
+  it("has a CHANGELOG entry for its version and states the Node versions that require() it", () => {
+    const changelog = readFileSync(join(ROOT, "packages/client/CHANGELOG.md"), "utf8");
+    expect(changelog).toContain(`\n## ${clientPackage.version}\n`);
+    expect(clientPackage.engines).toEqual({ node: ">=20.19" });
+  });
+
+  it("`npm publish --dry-run` reports no problem but the missing login", { timeout: 120_000 }, async () => {
+    // prepack already ran for `npm pack` above.
+    const { stdout, stderr } = await run(npm, ["publish", "--dry-run", "--ignore-scripts", "--workspace", "packages/client"], { cwd: ROOT, maxBuffer: 16 * 1024 * 1024 });
+    expect(stdout).toContain(`+ ${clientPackage.name}@${clientPackage.version}`);
+    const warnings = stderr.split("\n").filter((l) => /^npm (warn|error)/i.test(l) && !/requires you to be logged in/.test(l));
+    expect(warnings).toEqual([]);
+    expect(stderr).toMatch(/Publishing to \S+ with tag latest and public access \(dry-run\)/);
   });
 
   it("passes publint (strict) and arethetypeswrong (ESM only) for every entry point", { timeout: 120_000 }, async () => {
@@ -146,7 +175,8 @@ describe("@sessionstate/client package", () => {
       await run(process.execPath, [tsc, "-p", "."], { cwd: consumer }).catch((err: { stdout?: string; message: string }) => {
         throw new Error(`the consumer does not compile: ${err.stdout ?? err.message}`);
       });
-      const { stdout } = await run(process.execPath, ["dist/consumer.js", server.url, "connect"], { cwd: consumer, timeout: 60_000 });
+      const { stdout, stderr } = await run(process.execPath, ["dist/consumer.js", server.url, "connect"], { cwd: consumer, timeout: 60_000 });
+      expect(stderr).toBe("");
       const result = JSON.parse(stdout);
       expect(result).toMatchObject({
         parentWatching: true,
@@ -161,6 +191,29 @@ describe("@sessionstate/client package", () => {
       // The ack moved the main session's cursor up to the notified position; nothing is pending.
       expect(result.cursor).toEqual({ lastSeen: result.cursor.notified, notified: result.cursor.notified, pending: false });
       expect(Number(result.cursor.notified)).toBeGreaterThan(Number(result.spawnSequence));
+      // The one logger given to createGatewayClients: the first connect is not a recovery.
+      expect(result.logged).toContain("notice stream connected");
+      expect(result.logged).not.toContain("notice stream recovered");
+    });
+
+    it("loads from CommonJS (.cts, module nodenext) and logs nothing without a logger, on success or failure", { timeout: 120_000 }, async () => {
+      copyFileSync(join(ROOT, "test/fixtures/consumer/commonjs.cts"), join(consumer, "src/commonjs.cts"));
+      writeFileSync(
+        join(consumer, "tsconfig.cjs.json"),
+        JSON.stringify({
+          compilerOptions: { target: "ES2022", module: "nodenext", moduleResolution: "nodenext", strict: true, skipLibCheck: false, types: ["node"], outDir: "dist", rootDir: "src" },
+          files: ["src/commonjs.cts"],
+        }),
+      );
+      const tsc = join(ROOT, "node_modules/typescript/bin/tsc");
+      await run(process.execPath, [tsc, "-p", "tsconfig.cjs.json"], { cwd: consumer }).catch((err: { stdout?: string; message: string }) => {
+        throw new Error(`the CommonJS consumer does not compile: ${err.stdout ?? err.message}`);
+      });
+      expect(readFileSync(join(consumer, "dist/commonjs.cjs"), "utf8")).toContain('require("@sessionstate/client")');
+      const unreachable = await closedPort();
+      const { stdout, stderr } = await run(process.execPath, ["dist/commonjs.cjs", server.url, `http://127.0.0.1:${unreachable}`], { cwd: consumer, timeout: 60_000 });
+      expect(JSON.parse(stdout)).toEqual({ module: "object", recorded: "recorded", tasks: 0, failed: "failed", disconnects: 2, state: "closed" });
+      expect(stderr).toBe("");
     });
   });
 });

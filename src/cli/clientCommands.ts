@@ -95,7 +95,7 @@ export function registerClientCommands(program: Command, done: (action: Action<[
     .command("tail")
     .description("Print the notices for an agent's watchers as they arrive (JSON lines), reconnecting until stopped")
     .requiredOption("--agent <id>", "every watcher of this agent")
-    .option("--ack", "drain (acknowledge) each notice as it is printed", false)
+    .option("--ack", "acknowledge each notice as it is printed", false)
     .addOption(serverOption());
   tail.action(() =>
     done(async () => {
@@ -106,7 +106,7 @@ export function registerClientCommands(program: Command, done: (action: Action<[
         logger: jsonLogger(),
         onNotice: (notice) => {
           process.stdout.write(JSON.stringify(toJson(NoticeSchema, notice)) + "\n");
-          if (o.ack) void subscription.drain(notice.watcherSessionKey);
+          if (o.ack) void subscription.takeAndAck(notice.watcherSessionKey);
         },
       });
       await Promise.race([

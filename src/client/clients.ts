@@ -1,6 +1,6 @@
 /**
  * Generated clients for a Gateway over one HTTP/2 connection it owns, so closing them
- * leaves no socket behind.
+ * leaves no socket behind, with the one logger every helper given them uses.
  */
 import type { DescService } from "@bufbuild/protobuf";
 import { createClient, type Client, type Interceptor, type Transport } from "@connectrpc/connect";
@@ -14,10 +14,13 @@ import {
 } from "@connectrpc/connect-node";
 import { directBatchChannel } from "./batchChannel.js";
 import { bearerToken, bearerValue } from "./bearer.js";
+import { attachLogger, type ClientLogger } from "./logger.js";
 import { markBinaryStateClient } from "./recordEvent.js";
+import { DeliveryService } from "../../gen/sessionstate/v1/delivery_pb.js";
 import { MessagingService } from "../../gen/sessionstate/v1/messaging_pb.js";
 import { SessionService } from "../../gen/sessionstate/v1/session_pb.js";
 import { StateService } from "../../gen/sessionstate/v1/state_pb.js";
+import { TaskService } from "../../gen/sessionstate/v1/task_pb.js";
 import { TranscriptService } from "../../gen/sessionstate/v1/transcript_pb.js";
 import { UpstreamService } from "../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../gen/sessionstate/v1/watch_pb.js";
@@ -39,6 +42,12 @@ export interface GatewayClientOptions {
   token?: string;
   /** More interceptors, run after the bearer token's. */
   interceptors?: Interceptor[];
+  /**
+   * Where the helpers given these clients (recordEvent, recordEvents, NoticeSubscription,
+   * InboxSubscription) log what went wrong and what they recovered from: `jsonLogger(write)`,
+   * `stderrLogger`, or any `{ info, warn, error }` (pino, console). Default: nowhere.
+   */
+  logger?: ClientLogger;
 }
 
 export interface GatewayClients {
@@ -49,6 +58,11 @@ export interface GatewayClients {
   upstream: Client<typeof UpstreamService>;
   /** Inter-session messages and the inbox (design §6.1, §6.2). */
   messaging: Client<typeof MessagingService>;
+  /** The task registry: spawned runs, their state and cancel requests (design §6.3). */
+  tasks: Client<typeof TaskService>;
+  /** Delivery operations a restarted Gateway resumes (design §6.4). */
+  delivery: Client<typeof DeliveryService>;
+  // A conversations service is not in the contract yet; its client goes here when it is.
   /** A client for any service descriptor (e.g. one added after this package) over the same connection. */
   client<S extends DescService>(service: S): Client<S>;
   transport: Transport;
@@ -104,7 +118,13 @@ export function createGatewayClients(baseUrl: string, options: GatewayClientOpti
       : options.protocol === "grpc-web"
         ? createGrpcWebTransport(transportOptions)
         : createConnectTransport(transportOptions);
-  const state = createClient(StateService, transport);
+  const logger = options.logger;
+  const make = <S extends DescService>(service: S): Client<S> => {
+    const client = createClient(service, transport);
+    if (logger !== undefined) attachLogger(client, logger);
+    return client;
+  };
+  const state = make(StateService);
   // Every protocol here encodes binary protobuf: coalesced records may carry pre-encoded events.
   // Over Connect with no interceptors of the caller's, recordEvent's stream is written straight
   // on this connection (batchChannel.ts): nothing the caller added would see it otherwise.
@@ -115,12 +135,14 @@ export function createGatewayClients(baseUrl: string, options: GatewayClientOpti
   );
   return {
     state,
-    sessions: createClient(SessionService, transport),
-    watch: createClient(WatchService, transport),
-    transcripts: createClient(TranscriptService, transport),
-    upstream: createClient(UpstreamService, transport),
-    messaging: createClient(MessagingService, transport),
-    client: (service) => createClient(service, transport),
+    sessions: make(SessionService),
+    watch: make(WatchService),
+    transcripts: make(TranscriptService),
+    upstream: make(UpstreamService),
+    messaging: make(MessagingService),
+    tasks: make(TaskService),
+    delivery: make(DeliveryService),
+    client: make,
     transport,
     close: () => sessionManager.abort(),
   };

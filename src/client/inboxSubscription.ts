@@ -13,10 +13,14 @@
  *
  * Handlers run as items arrive, concurrently; a Gateway that needs one turn at a time per
  * session orders them itself.
+ *
+ * Nothing connects inside the constructor: the stream opens on `start()`, or by itself at the
+ * end of the current microtask, since `handle` already consumes the items (listeners added
+ * right after the constructor see the first state). An AbortSignal ends it like `close()`.
  */
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { MessagingService, type InboxItem } from "../../gen/sessionstate/v1/messaging_pb.js";
-import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
+import { loggerOf, safeLog, type ClientLogger } from "./logger.js";
 import { DEFAULT_ACK_TIMEOUT_MS, DEFAULT_BACKOFF, DEFAULT_IDLE_TIMEOUT_MS, type SubscriptionState } from "./noticeSubscription.js";
 import { cancellableDelay, checkedBackoff, disconnectFields, isRefusal, readUntilBreak, ReconnectSchedule, type BackoffPolicy, type DisconnectInfo, type StreamEnd } from "./streamReader.js";
 
@@ -40,8 +44,10 @@ export interface InboxSubscriptionOptions {
   /** Deadline of each AckInbox call, in ms. Default 5 s. */
   ackTimeoutMs?: number;
   rememberHandled?: number;
-  /** Default: JSON lines on stderr. */
+  /** Overrides, for this subscription, the logger given to createGatewayClients. Default: that one, else nothing is logged. */
   logger?: ClientLogger;
+  /** Aborting it closes the subscription (as `close()`); already aborted: it never connects. */
+  signal?: AbortSignal;
   /** Source of jitter; tests pass a fixed one. */
   random?: () => number;
 }
@@ -53,7 +59,10 @@ export interface InboxSubscriptionEvents {
   received: (item: InboxItem, duplicate: boolean) => void;
   /** An item left the inbox (its ack was confirmed). */
   acked: (itemId: string) => void;
-  /** The service finished replaying the waiting items; `handed` of the `replayed` were new here. */
+  /**
+   * The service finished replaying the waiting items; `handed` of the `replayed` were new here.
+   * Emitted after the first connect too (only the log says which it was).
+   */
   recovered: (info: { replayed: number; handed: number }) => void;
   disconnected: (info: DisconnectInfo) => void;
   state: (state: SubscriptionState) => void;
@@ -79,13 +88,21 @@ export class InboxSubscription {
   private readonly ackChains = new Map<string, Promise<void>>();
 
   private readonly listeners: Listeners = { item: new Set(), received: new Set(), acked: new Set(), recovered: new Set(), disconnected: new Set(), state: new Set() };
-  private current: SubscriptionState = "connecting";
+  private current: SubscriptionState = "idle";
   private stopping = false;
   private streamAbort: AbortController | undefined;
   private cancelWait: (() => void) | undefined;
   private closing?: Promise<void>;
   private failureError?: ConnectError;
-  private readonly loop: Promise<void>;
+  /** The stream loop, once started. */
+  private loop: Promise<void> | undefined;
+  private startScheduled = false;
+  /** A replay completed before: the next completion is a recovery, not the first connect. */
+  private connectedBefore = false;
+  private readonly signal: AbortSignal | undefined;
+  private readonly onAbort = () => void this.close();
+  private endedResolve!: () => void;
+  private readonly endedPromise = new Promise<void>((resolve) => (this.endedResolve = resolve));
 
   constructor(
     private readonly client: MessagingClient,
@@ -101,8 +118,28 @@ export class InboxSubscription {
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
     this.handled = new RecentIds(options.rememberHandled ?? DEFAULT_REMEMBER_HANDLED);
-    this.logger = options.logger ?? stderrLogger;
-    this.loop = this.run();
+    this.logger = options.logger ?? loggerOf(client);
+    this.signal = options.signal;
+    if (this.signal?.aborted) {
+      this.stopping = true;
+      this.current = "closed";
+      this.endedResolve();
+      return;
+    }
+    this.signal?.addEventListener("abort", this.onAbort, { once: true });
+    this.startSoon();
+  }
+
+  /**
+   * Opens the stream (and keeps it open, reconnecting, until close() or the signal). Does
+   * nothing once started, closed or failed. Returns the subscription.
+   */
+  start(): this {
+    if (this.loop === undefined && !this.stopping) {
+      this.loop = this.run();
+      void this.loop.then(this.endedResolve);
+    }
+    return this;
   }
 
   get state(): SubscriptionState {
@@ -116,7 +153,7 @@ export class InboxSubscription {
 
   /** Resolves when the subscription stops streaming: after close(), or once it failed. */
   get ended(): Promise<void> {
-    return this.loop;
+    return this.endedPromise;
   }
 
   /** Registers a listener; returns a function that removes it. */
@@ -124,6 +161,13 @@ export class InboxSubscription {
     const set = this.listeners[event] as Set<InboxSubscriptionEvents[E]>;
     set.add(listener);
     return () => set.delete(listener);
+  }
+
+  /** Starts at the end of this microtask, so listeners added in the same turn see the first state. */
+  private startSoon(): void {
+    if (this.loop !== undefined || this.startScheduled) return;
+    this.startScheduled = true;
+    queueMicrotask(() => this.start());
   }
 
   /**
@@ -134,6 +178,7 @@ export class InboxSubscription {
   close(): Promise<void> {
     return (this.closing ??= (async () => {
       this.stopping = true;
+      this.signal?.removeEventListener("abort", this.onAbort);
       this.streamAbort?.abort();
       this.cancelWait?.();
       await this.loop;
@@ -141,6 +186,7 @@ export class InboxSubscription {
       await Promise.all([...this.unacked.keys()].map((agent) => this.flushAcks(agent)));
       await Promise.all(this.ackChains.values());
       this.setState("closed");
+      this.endedResolve();
     })());
   }
 
@@ -179,11 +225,7 @@ export class InboxSubscription {
               break;
             case "replayComplete":
               replaying = false;
-              this.reconnects.reset();
-              this.setState("live");
-              safeLog(this.logger, "info", "inbox stream recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
-              this.emit("recovered", { replayed: msg.message.value.pending, handed: handedInReplay });
-              for (const agent of this.unacked.keys()) void this.flushAcks(agent);
+              this.replayed(msg.message.value.pending, handedInReplay);
               break;
             case "heartbeat":
               break;
@@ -195,6 +237,18 @@ export class InboxSubscription {
     } finally {
       this.streamAbort = undefined;
     }
+  }
+
+  /** The replay after a (re)connect is complete: live, and the acks that waited for it go out. */
+  private replayed(pending: number, handed: number): void {
+    this.reconnects.reset();
+    this.setState("live");
+    // Only a connect after a lost stream is a recovery.
+    const reconnected = this.connectedBefore;
+    this.connectedBefore = true;
+    safeLog(this.logger, "info", reconnected ? "inbox stream recovered" : "inbox stream connected", { replayed: pending, handed });
+    this.emit("recovered", { replayed: pending, handed });
+    for (const agent of this.unacked.keys()) void this.flushAcks(agent);
   }
 
   /** Hands an item to the handler unless it was handled (or is running) here already. */

@@ -17,7 +17,7 @@ export * from "../../gen/sessionstate/v1/task_pb.js";
 export * from "../../gen/sessionstate/v1/delivery_pb.js";
 export { createGatewayClients, DEFAULT_RECEIVE_WINDOW_BYTES, type GatewayClients, type GatewayClientOptions, type Protocol } from "./clients.js";
 export { bearerToken } from "./bearer.js";
-export { jsonLogger, stderrLogger, type ClientLogger } from "./logger.js";
+export { jsonLogger, silentLogger, stderrLogger, type ClientLogger } from "./logger.js";
 export {
   recordEvent,
   recordEvents,

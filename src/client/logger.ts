@@ -1,7 +1,8 @@
 /**
- * Logging for the client helpers: one JSON object per line (the service's log format), on
- * stderr by default so a Gateway's or a CLI's stdout stays its own. Any object with
- * info/warn/error methods can stand in (the service's logger, pino, console).
+ * Logging for the client helpers. Quiet unless asked: a Gateway's stderr is its own, so the
+ * helpers log only through the logger given to createGatewayClients (`logger`), and by
+ * default nowhere. `jsonLogger` writes one JSON object per line (the service's log format);
+ * any object with info/warn/error methods can stand in (the service's logger, pino, console).
  */
 
 type Fields = Record<string, unknown>;
@@ -24,7 +25,24 @@ export function jsonLogger(write: (line: string) => void = (line) => process.std
   };
 }
 
+/** JSON lines on stderr, for `createGatewayClients(url, { logger: stderrLogger })`. */
 export const stderrLogger: ClientLogger = jsonLogger();
+
+/** Logs nothing: the helpers' logger when none was given. */
+export const silentLogger: ClientLogger = Object.freeze({ info() {}, warn() {}, error() {} });
+
+/** The logger of each client createGatewayClients made (a client is a plain object). */
+const loggers = new WeakMap<object, ClientLogger>();
+
+/** The helpers given `client` log through `logger`. */
+export function attachLogger(client: object, logger: ClientLogger): void {
+  loggers.set(client, logger);
+}
+
+/** The logger attached to `client`, else the silent one. */
+export function loggerOf(client: object): ClientLogger {
+  return loggers.get(client) ?? silentLogger;
+}
 
 /** Calls a caller-supplied logger without letting it throw into the helper. */
 export function safeLog(logger: ClientLogger, level: "info" | "warn" | "error", msg: string, fields: Fields): void {

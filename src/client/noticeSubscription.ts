@@ -6,14 +6,17 @@
  *   it breaks (server shutdown, overflow, network loss, or no heartbeat for too long);
  * - queues notices like a system-event queue: a notice is queued once per watcher and text,
  *   so the byte-identical replays that follow every reconnect or service restart are dropped;
- * - `drain(watcher)` hands a turn the queued notices and acks them, queueing any follow-up
- *   notice the ack reopens.
+ * - `takeAndAck(watcher)` hands a turn the queued notices and acks them, queueing any
+ *   follow-up notice the ack reopens.
  *
  * The service's ReplayComplete marker tells when recovery after a (re)connect is done.
+ * Nothing connects in the constructor: the stream opens on `start()`, or by itself once
+ * something consumes the notices (a listener, an iterator, `takeAndAck`), as a Node stream
+ * starts flowing when a "data" listener is added. An AbortSignal ends it like `close()`.
  */
 import { Code, ConnectError, type Client } from "@connectrpc/connect";
 import { WatchService, type Notice } from "../../gen/sessionstate/v1/watch_pb.js";
-import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
+import { loggerOf, safeLog, type ClientLogger } from "./logger.js";
 import { cancellableDelay, checkedBackoff, disconnectFields, isRefusal, readUntilBreak, ReconnectSchedule, type BackoffPolicy, type DisconnectInfo, type StreamEnd } from "./streamReader.js";
 
 export { backoffDelay, type BackoffPolicy, type DisconnectInfo } from "./streamReader.js";
@@ -46,17 +49,21 @@ export interface NoticeSubscriptionOptions {
   /** Deadline of each AckNotices call, in ms. Default 5 s. */
   ackTimeoutMs?: number;
   rememberAcked?: number;
-  /** Default: JSON lines on stderr. */
+  /** Overrides, for this subscription, the logger given to createGatewayClients. Default: that one, else nothing is logged. */
   logger?: ClientLogger;
-  /** Called once for every notice queued (the same as `on("notice")`). */
+  /** Called once for every notice queued (the same as `on("notice")`; starts the subscription). */
   onNotice?: (notice: Notice) => void;
-  /** Called for queued notices whose watcher should be woken at once (`notice.wake`). */
+  /** Called for queued notices whose watcher should be woken at once (`notice.wake`; starts the subscription). */
   onWake?: (watcherKey: string, notice: Notice) => void;
+  /** Aborting it closes the subscription (as `close()`); already aborted: it never connects. */
+  signal?: AbortSignal;
   /** Source of jitter; tests pass a fixed one. */
   random?: () => number;
 }
 
 export type SubscriptionState =
+  /** Not started yet: before `start()` or the first consumer. */
+  | "idle"
   /** Opening a stream and receiving the replay of pending notices. */
   | "connecting"
   /** The replay is complete; new notices arrive as they are queued. */
@@ -72,7 +79,10 @@ export interface SubscriptionEvents {
   notice: (notice: Notice) => void;
   /** Every notice the stream delivered, including the duplicates the queue dropped. */
   received: (notice: Notice, duplicate: boolean) => void;
-  /** The service finished replaying pending notices; `queued` of the `replayed` were new here. */
+  /**
+   * The service finished replaying pending notices; `queued` of the `replayed` were new here.
+   * Emitted after the first connect too (only the log says which it was).
+   */
   recovered: (info: { replayed: number; queued: number }) => void;
   disconnected: (info: DisconnectInfo) => void;
   state: (state: SubscriptionState) => void;
@@ -103,13 +113,21 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   private readonly ackChains = new Map<string, Promise<void>>();
 
   private readonly listeners: Listeners = { notice: new Set(), received: new Set(), recovered: new Set(), disconnected: new Set(), state: new Set() };
-  private current: SubscriptionState = "connecting";
+  private current: SubscriptionState = "idle";
   private stopping = false;
   private streamAbort: AbortController | undefined;
   private cancelWait: (() => void) | undefined;
   private closing?: Promise<void>;
   private failureError?: ConnectError;
-  private readonly loop: Promise<void>;
+  /** The stream loop, once started. */
+  private loop: Promise<void> | undefined;
+  private startScheduled = false;
+  /** A replay completed before: the next completion is a recovery, not the first connect. */
+  private connectedBefore = false;
+  private readonly signal: AbortSignal | undefined;
+  private readonly onAbort = () => void this.close();
+  private endedResolve!: () => void;
+  private readonly endedPromise = new Promise<void>((resolve) => (this.endedResolve = resolve));
 
   constructor(
     private readonly client: WatchClient,
@@ -127,10 +145,37 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     this.idleTimeoutMs = options.idleTimeoutMs ?? DEFAULT_IDLE_TIMEOUT_MS;
     this.ackTimeoutMs = options.ackTimeoutMs ?? DEFAULT_ACK_TIMEOUT_MS;
     this.acked = new RecentKeys(options.rememberAcked ?? DEFAULT_REMEMBER_ACKED);
-    this.logger = options.logger ?? stderrLogger;
+    this.logger = options.logger ?? loggerOf(client);
     this.onWake = options.onWake;
+    this.signal = options.signal;
+    if (this.signal?.aborted) {
+      this.stopping = true;
+      this.current = "closed";
+      this.endedResolve();
+      return;
+    }
+    this.signal?.addEventListener("abort", this.onAbort, { once: true });
     if (options.onNotice) this.on("notice", options.onNotice);
-    this.loop = this.run();
+    else if (options.onWake) this.startSoon();
+  }
+
+  /**
+   * Opens the stream (and keeps it open, reconnecting, until close() or the signal). Does
+   * nothing once started, closed or failed. Returns the subscription.
+   */
+  start(): this {
+    if (this.loop === undefined && !this.stopping) {
+      this.loop = this.run();
+      void this.loop.then(this.endedResolve);
+    }
+    return this;
+  }
+
+  /** Starts at the end of this microtask, so listeners added in the same turn see the first state. */
+  private startSoon(): void {
+    if (this.loop !== undefined || this.startScheduled) return;
+    this.startScheduled = true;
+    queueMicrotask(() => this.start());
   }
 
   get state(): SubscriptionState {
@@ -144,13 +189,14 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
 
   /** Resolves when the subscription stops streaming: after close(), or once it failed. */
   get ended(): Promise<void> {
-    return this.loop;
+    return this.endedPromise;
   }
 
-  /** Registers a listener; returns a function that removes it. */
+  /** Registers a listener (and starts the subscription); returns a function that removes it. */
   on<E extends keyof SubscriptionEvents>(event: E, listener: SubscriptionEvents[E]): () => void {
     const set = this.listeners[event] as Set<SubscriptionEvents[E]>;
     set.add(listener);
+    this.startSoon();
     return () => set.delete(listener);
   }
 
@@ -164,9 +210,10 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
    * A turn of `watcherKey` takes its queued notices: they leave the queue and are acked
    * (by context key and notified sequence, so a retried ack never swallows a reopened
    * notice). A follow-up the ack reopens is queued. Never throws; an ack that fails is
-   * logged and retried on the next drain, after the next reconnect, and on close.
+   * logged and retried on the next take, after the next reconnect, and on close.
    */
-  async drain(watcherKey: string): Promise<Notice[]> {
+  async takeAndAck(watcherKey: string): Promise<Notice[]> {
+    this.startSoon();
     const taken = [...(this.queued.get(watcherKey)?.values() ?? [])];
     this.queued.delete(watcherKey);
     if (taken.length > 0) this.unacked.set(watcherKey, [...(this.unacked.get(watcherKey) ?? []), ...taken]);
@@ -175,10 +222,20 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   }
 
   /**
+   * @deprecated The old name of {@link takeAndAck}. Not NATS's drain, which closes a
+   * subscription gracefully (here that is `close()`): this takes one watcher's notices for its
+   * turn and acks them, and the subscription goes on.
+   */
+  drain(watcherKey: string): Promise<Notice[]> {
+    return this.takeAndAck(watcherKey);
+  }
+
+  /**
    * Notices queued from the moment the iterator is created, until close(). Each iterator
    * has its own buffer.
    */
   [Symbol.asyncIterator](): AsyncIterator<Notice> {
+    this.startSoon();
     const buffer: Notice[] = [];
     let waiting: ((result: IteratorResult<Notice>) => void) | undefined;
     let stopped = false;
@@ -190,7 +247,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
       waiting?.(done());
       waiting = undefined;
     };
-    const offNotice = this.on("notice", (notice) => {
+    const offNotice = this.listen("notice", (notice) => {
       if (waiting) {
         waiting({ done: false, value: notice });
         waiting = undefined;
@@ -198,7 +255,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
         buffer.push(notice);
       }
     });
-    const offState = this.on("state", (state) => {
+    const offState = this.listen("state", (state) => {
       if (state === "closed" || state === "failed") stop();
     });
     if (this.current === "closed" || this.current === "failed") stop();
@@ -223,13 +280,22 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
   close(): Promise<void> {
     return (this.closing ??= (async () => {
       this.stopping = true;
+      this.signal?.removeEventListener("abort", this.onAbort);
       this.streamAbort?.abort();
       this.cancelWait?.();
       await this.loop;
       await Promise.all([...this.unacked.keys()].map((w) => this.flushAcks(w)));
       await Promise.all(this.ackChains.values());
       this.setState("closed");
+      this.endedResolve();
     })());
+  }
+
+  /** Registers a listener without starting the subscription. */
+  private listen<E extends keyof SubscriptionEvents>(event: E, listener: SubscriptionEvents[E]): () => void {
+    const set = this.listeners[event] as Set<SubscriptionEvents[E]>;
+    set.add(listener);
+    return () => set.delete(listener);
   }
 
   private async run(): Promise<void> {
@@ -276,11 +342,7 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
               break;
             case "replayComplete":
               replaying = false;
-              this.reconnects.reset();
-              this.setState("live");
-              safeLog(this.logger, "info", "notice stream recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
-              this.emit("recovered", { replayed: msg.message.value.pending, queued: queuedInReplay });
-              for (const watcherKey of this.unacked.keys()) void this.flushAcks(watcherKey);
+              this.replayed(msg.message.value.pending, queuedInReplay);
               break;
             case "heartbeat":
               break;
@@ -292,6 +354,18 @@ export class NoticeSubscription implements AsyncIterable<Notice> {
     } finally {
       this.streamAbort = undefined;
     }
+  }
+
+  /** The replay after a (re)connect is complete: live, and the acks that waited for it go out. */
+  private replayed(pending: number, queued: number): void {
+    this.reconnects.reset();
+    this.setState("live");
+    // Only a connect after a lost stream is a recovery.
+    const reconnected = this.connectedBefore;
+    this.connectedBefore = true;
+    safeLog(this.logger, "info", reconnected ? "notice stream recovered" : "notice stream connected", { replayed: pending, queued });
+    this.emit("recovered", { replayed: pending, queued });
+    for (const watcherKey of this.unacked.keys()) void this.flushAcks(watcherKey);
   }
 
   /** Queues a notice unless this watcher already has it (by text). Returns whether it was queued. */

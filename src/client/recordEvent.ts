@@ -11,7 +11,7 @@ import { EventKind } from "../../gen/sessionstate/v1/event_pb.js";
 import { AppendEventsRequestSchema, EventInputSchema, StateService } from "../../gen/sessionstate/v1/state_pb.js";
 import { connectBatchChannel, type BatchAnswer, type BatchChannel, type BatchResult, type OpenBatchChannel } from "./batchChannel.js";
 import { encodeEventInput } from "./eventInputWire.js";
-import { safeLog, stderrLogger, type ClientLogger } from "./logger.js";
+import { loggerOf, safeLog, type ClientLogger } from "./logger.js";
 
 export type StateClient = Client<typeof StateService>;
 /** One event to record, as the generated AppendEvents request takes it. */
@@ -20,7 +20,7 @@ export type EventInit = MessageInitShape<typeof EventInputSchema>;
 export const DEFAULT_RECORD_TIMEOUT_MS = 2_000;
 
 export interface RecordOptions {
-  /** Where failures are logged; default JSON lines on stderr. */
+  /** @deprecated Give the logger to createGatewayClients; this overrides it for one call. */
   logger?: ClientLogger;
   /** Deadline for the whole call, in ms; default 2000. */
   timeoutMs?: number;
@@ -72,7 +72,7 @@ export function recordEvent(client: StateClient, event: EventInit, options: Reco
  */
 export async function recordEvents(client: StateClient, events: EventInit[], options: RecordOptions = {}): Promise<RecordResult[]> {
   if (events.length === 0) return [];
-  const logger = options.logger ?? stderrLogger;
+  const logger = options.logger ?? loggerOf(client);
   const timeoutMs = options.timeoutMs ?? DEFAULT_RECORD_TIMEOUT_MS;
   const started = performance.now();
   try {
@@ -304,7 +304,7 @@ class Coalescer {
   ) {}
 
   record(event: EventInit, options: RecordOptions): Promise<RecordResult> {
-    const logger = options.logger ?? stderrLogger;
+    const logger = options.logger ?? loggerOf(this.client);
     const timeoutMs = options.timeoutMs ?? DEFAULT_RECORD_TIMEOUT_MS;
     const started = performance.now();
     let wire: Uint8Array | undefined;
