@@ -67,6 +67,19 @@ describe.runIf(process.platform === "linux")("gathered WAL writes", () => {
     expect(calls).toBeLessThanOrEqual(Math.ceil((frames * (24 + 4096)) / (96 * 1024)) + 1);
   });
 
+  it("writes each small commit with one write call, its first frame included", () => {
+    const path = join(dir(), "state.db");
+    const db = openDatabase({ path });
+    db.exec("CREATE TABLE t (a INTEGER PRIMARY KEY, b TEXT); CREATE INDEX t_b ON t (b)");
+    const insert = db.prepare("INSERT INTO t (b) VALUES (?)");
+    insert.run("first"); // the WAL exists and has its header
+    const before = writeCalls();
+    for (let i = 0; i < 50; i++) insert.run(`${i}:${"z".repeat(100)}`);
+    const calls = writeCalls() - before;
+    db.close();
+    expect(calls).toBe(50);
+  });
+
   it.each(["normal", "full"] as const)(
     "keeps every commit visible to a second connection at once, through checkpoints and WAL restarts (synchronous %s)",
     (synchronous) => {
