@@ -21,8 +21,8 @@
  * native/walcoalesce.c is compiled with the machine's C compiler (`cc`, or $CC) against the
  * SQLite headers better-sqlite3 ships, into dist/walcoalesce.so (.dylib on macOS): the VFS
  * the service loads so a commit's WAL frames leave in one write
- * (docs/decisions/010-gathered-wal-writes.md). Without a compiler the build says so and goes
- * on; the service then writes the WAL as SQLite does.
+ * (docs/decisions/018-wal-writes.md). Without a compiler the build says so in one line and
+ * goes on; the service then writes the WAL as SQLite does.
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
@@ -121,10 +121,13 @@ async function warmCodeCache() {
 }
 
 /**
- * Compiles the WAL library. A missing compiler (or a failed compile) is reported and leaves
- * no library behind: the service runs without it (`--wal-writes` falls back to direct).
+ * Compiles the WAL library, and says how that went in one line. Without a compiler, or when
+ * the compile fails, no library is left behind and the build goes on: the service then writes
+ * the WAL as SQLite does (`--wal-writes` falls back to direct, and its start-up log says why).
+ * Resolves with whether the library was built.
  */
 export async function buildNative() {
+  const started = performance.now();
   mkdirSync(DIST, { recursive: true });
   rmSync(NATIVE_LIBRARY, { force: true });
   const headers = join(ROOT, "node_modules/better-sqlite3/deps/sqlite3");
@@ -135,13 +138,21 @@ export async function buildNative() {
     let stderr = "";
     const child = spawn(cc, args, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });
     child.stderr.on("data", (chunk) => (stderr += chunk));
-    child.once("error", (err) => resolve(`${cc} could not run (${err.message})`));
-    child.once("exit", (code) => resolve(code === 0 ? undefined : `${cc} exited with ${code}: ${stderr.trim()}`));
+    child.once("error", (err) => resolve(err.code === "ENOENT" ? `no C compiler: ${cc} not found` : `${cc} could not run: ${err.message}`));
+    child.once("exit", (code) => {
+      const first = stderr.trim().split("\n").find((line) => /error/i.test(line)) ?? stderr.trim().split("\n")[0] ?? "";
+      resolve(code === 0 ? undefined : `${cc} exited with ${code}${first ? `: ${first.trim()}` : ""}`);
+    });
   });
   if (failure) {
     rmSync(NATIVE_LIBRARY, { force: true });
-    process.stderr.write(`build: warning: the SQLite WAL library was not built — ${failure}; the service will write the WAL directly (slower commits)\n`);
+    process.stderr.write(
+      `build: warning: SQLite WAL library not built (${failure}); the service will write the WAL directly (--wal-writes direct). Install a C compiler and run \`npm run build -- native\` for gathered writes\n`,
+    );
+    return false;
   }
+  process.stderr.write(`build: WAL library ${relative(ROOT, NATIVE_LIBRARY)} (${Math.round(performance.now() - started)} ms)\n`);
+  return true;
 }
 
 /** Whether the WAL library is missing or older than its source (a failed compile is tried again). */
@@ -215,7 +226,7 @@ async function main(args) {
     process.stderr.write(`build: ${name} (${Math.round(performance.now() - t0)} ms)\n`);
   };
   if (args.includes("--if-stale")) {
-    if (nativeStale()) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
+    if (nativeStale()) await buildNative();
     await Promise.all([
       serverStale() && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
       clientStale() && step(`client package ${relative(ROOT, CLIENT_DIST)}`, buildClient),
@@ -231,7 +242,7 @@ async function main(args) {
   }
   const parts = only.length > 0 ? only : known;
   // The bundle's first start (its code cache) already runs with the library.
-  if (parts.includes("native")) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
+  if (parts.includes("native")) await buildNative();
   // The two tsc runs are independent of the bundle and of each other: in parallel.
   await Promise.all([
     parts.includes("server") && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
