@@ -35,6 +35,7 @@ import { StorageHealth, storageGate } from "./storageHealth.js";
 import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT, StreamAdmission } from "./streamAdmission.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
 import { StreamRegistry } from "./services/streamRegistry.js";
+import { createConsole, defaultConsoleDir, loadConsole } from "./http/console.js";
 import { NodeHub } from "./upstream/nodeHub.js";
 import { DEFAULT_SKIM_BUDGET_BYTES } from "../upstream/scanner.js";
 
@@ -145,6 +146,8 @@ export interface ServerOptions {
   maxPendingDeliveries?: number;
   /** Most operations one ListPendingDeliveries page holds; default 1000. */
   deliveryListMax?: number;
+  /** The built operator console served at /console; default dist/console. */
+  consoleDir?: string;
   /** AdminService/WatchActivity streams open at once (the console's live view); default 16. */
   maxActivityStreams?: number;
 }
@@ -359,6 +362,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => storage.ping() },
     metrics,
     metricsListener: options.metricsListener,
+    console: createConsole(loadConsole(options.consoleDir ?? defaultConsoleDir())),
     logger,
   }).catch(closeAnd(core));
   metrics.observeService({
