@@ -160,7 +160,7 @@ describe("the console in Chromium", () => {
     // A few seconds of traffic for the chart (longer when the screenshot is taken, so it shows a line).
     const bursts = SCREENSHOTS ? 40 : 6;
     for (let i = 0; i < bursts; i++) {
-      for (let j = 0; j <= i % 5; j++) await human(j % 2 === 0 ? CHILD : PARENT, `burst ${i}.${j}`);
+      for (let j = 0; j <= i % 5; j++) await human(j % 2 === 0 ? CHILD : OPS_CHILD, `burst ${i}.${j}`);
       await new Promise((r) => setTimeout(r, 300));
     }
     await page.locator('[data-testid="feed-event"]', { hasText: `burst ${bursts - 1}.0` }).waitFor({ timeout: 5000 });
@@ -209,6 +209,10 @@ describe("the console in Chromium", () => {
     await denied((async () => {
       for await (const _ of opsAdmin.watchActivity({})) void _;
     })());
+    // /metrics covers every agent too.
+    const metrics = (secret: string) => fetch(`${t.url}/metrics`, { headers: { authorization: `Bearer ${secret}` } });
+    expect((await metrics(SECRETS.ops)).status).toBe(403);
+    expect((await metrics(SECRETS.reader)).status).toBe(200);
     // What it may read is only its own agent's.
     const listed = await ops.sessions.listSessions({ agentId: "ops" });
     expect(listed.sessions.map((s) => s.sessionKey).sort()).toEqual([OPS_MAIN, OPS_CHILD]);
