@@ -12,6 +12,9 @@ import { SessionKind } from "../../gen/sessionstate/v1/session_pb.js";
 import { VisibilityMode } from "../../gen/sessionstate/v1/requester_pb.js";
 import { AdminService, StreamKind, type WatchActivityResponse } from "../../gen/sessionstate/v1/admin_pb.js";
 import { StreamRegistry } from "../../src/server/services/streamRegistry.js";
+import { ActivityFollower, LATE_WINDOW_MS } from "../../src/core/adminActivity.js";
+import type { SignalEvent } from "../../src/core/model.js";
+import type { WatchableStore } from "../../src/core/watchableStore.js";
 import { createToken } from "../../src/cli/tokens.js";
 import { parseTokenFile } from "../../src/server/auth/tokens.js";
 import { decide } from "../../src/core/access.js";
@@ -255,6 +258,77 @@ describe("ListStreams", () => {
     expect((await admin.listStreams({ agentIds: ["main"] })).streams).toHaveLength(1);
     abort.abort();
     await reading;
+  });
+});
+
+describe("ActivityFollower", () => {
+  /** A log whose events become visible in the order a test commits them (PostgreSQL's late commits). */
+  function fakeLog() {
+    const visible = new Map<number, SignalEvent>();
+    const event = (sequence: number, agentId = "main"): SignalEvent => ({
+      sequence,
+      agentId,
+      sessionKey: `agent:${agentId}:main`,
+      kind: "goal_changed",
+      actorType: "human",
+      actorId: "",
+      runId: "",
+      occurredAt: 0,
+      summary: `event ${sequence}`,
+      payload: {},
+    });
+    const tx = {
+      admin: {
+        highestSequence: () => Math.max(0, ...visible.keys()),
+        eventsAfter: (after: number, agents: readonly string[] | undefined, limit: number) =>
+          [...visible.values()].filter((e) => e.sequence > after && (!agents || agents.includes(e.agentId))).sort((a, b) => a.sequence - b.sequence).slice(0, limit),
+        cursorsPage: () => [],
+      },
+      log: { eventsWithSequences: (seqs: readonly number[]) => seqs.filter((s) => visible.has(s)).map((s) => visible.get(s)!) },
+      cursors: { cursor: () => undefined },
+    };
+    const store = { read: (unit: (tx: unknown) => Promise<unknown>) => unit(tx) } as unknown as WatchableStore;
+    return { store, commit: (sequence: number, agentId?: string) => visible.set(sequence, event(sequence, agentId)) };
+  }
+  const sequences = (events: SignalEvent[]) => events.map((e) => e.sequence);
+
+  it("sends an event that commits after a higher sequence, once, when it commits", async () => {
+    const log = fakeLog();
+    log.commit(1);
+    let now = 0;
+    const follower = new ActivityFollower(log.store, undefined, () => now);
+    expect((await follower.open()).sequence).toBe(1);
+    // 2 and 3 were taken; 3 commits first.
+    log.commit(3);
+    expect(sequences((await follower.step()).events)).toEqual([3]);
+    now += 1000;
+    log.commit(2);
+    expect(sequences((await follower.step()).events)).toEqual([2]);
+    expect(sequences((await follower.step()).events)).toEqual([]);
+  });
+
+  it("gives up on a skipped sequence after the late window (a rolled-back one never commits)", async () => {
+    const log = fakeLog();
+    let now = 0;
+    const follower = new ActivityFollower(log.store, undefined, () => now);
+    await follower.open();
+    log.commit(2);
+    expect(sequences((await follower.step()).events)).toEqual([2]);
+    now += LATE_WINDOW_MS + 1;
+    log.commit(1);
+    expect(sequences((await follower.step()).events)).toEqual([]);
+  });
+
+  it("follows only the selected agents, late events included", async () => {
+    const log = fakeLog();
+    const follower = new ActivityFollower(log.store, ["ops"], () => 0);
+    await follower.open();
+    log.commit(3, "ops");
+    log.commit(4, "main");
+    expect(sequences((await follower.step()).events)).toEqual([3]);
+    log.commit(1, "main");
+    log.commit(2, "ops");
+    expect(sequences((await follower.step()).events)).toEqual([2]);
   });
 });
 
