@@ -223,6 +223,24 @@ describe("the console in Chromium", () => {
   });
 });
 
+describe("the console without a token file", () => {
+  it("opens on loopback without asking for a token, like the rest of the service", async () => {
+    const open = await startTestServer();
+    try {
+      await open.sessions.upsertSession({ session: { sessionKey: PARENT }, kind: SessionKind.MAIN });
+      const page = await context.newPage();
+      page.on("pageerror", (err) => pageErrors.push(String(err)));
+      await page.goto(`${open.url}/console/`);
+      await page.locator(`[data-testid="tree-row"][data-key="${PARENT}"]`).waitFor();
+      expect(await page.locator('input[name="token"]').count()).toBe(0);
+      expect(await page.locator('[data-testid="who"]').textContent()).toContain("no authentication (loopback)");
+      await done(page);
+    } finally {
+      await open.stop();
+    }
+  });
+});
+
 describe("the console's files", () => {
   const get = (path: string, init?: RequestInit) => fetch(`${t.url}${path}`, init);
 

@@ -165,11 +165,11 @@ export function SessionPage(props: { agentId: string; sessionKey: string }) {
         if (touches) cursors();
       },
     });
-    // What the live stream does not carry (links, tasks, backlog) is read again every 5 s.
+    // What the live stream does not carry (links, tasks, backlog) is read again every 10 s.
     const timer = setInterval(() => {
       details();
       cursors();
-    }, 5000);
+    }, 10_000);
     return () => {
       stop();
       clearInterval(timer);
