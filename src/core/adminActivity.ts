@@ -86,11 +86,11 @@ export class ActivityFollower {
       if (!this.agents || this.agents.has(e.agentId)) out.push(e);
     }
     for (const e of fresh) {
-      for (let s = this.after + 1; s < e.sequence && this.holes.size < MAX_LATE_HOLES * 2; s++) this.holes.set(s, now);
+      // The sequences skipped over, newest first (a late commit is a recent one), a bounded number.
+      for (let s = e.sequence - 1, n = 0; s > this.after && n < MAX_LATE_HOLES; s--, n++) this.holes.set(s, now);
       this.after = e.sequence;
       out.push(e);
     }
-    // Keep the newest holes: a late commit is a recent one.
     if (this.holes.size > MAX_LATE_HOLES) {
       const keep = [...this.holes.keys()].sort((a, b) => b - a).slice(0, MAX_LATE_HOLES);
       const kept = new Set(keep);

@@ -12,7 +12,7 @@ import { SessionKind } from "../../gen/sessionstate/v1/session_pb.js";
 import { VisibilityMode } from "../../gen/sessionstate/v1/requester_pb.js";
 import { AdminService, StreamKind, type WatchActivityResponse } from "../../gen/sessionstate/v1/admin_pb.js";
 import { StreamRegistry } from "../../src/server/services/streamRegistry.js";
-import { ActivityFollower, LATE_WINDOW_MS } from "../../src/core/adminActivity.js";
+import { ActivityFollower, LATE_WINDOW_MS, MAX_LATE_HOLES } from "../../src/core/adminActivity.js";
 import type { SignalEvent } from "../../src/core/model.js";
 import type { WatchableStore } from "../../src/core/watchableStore.js";
 import { createToken } from "../../src/cli/tokens.js";
@@ -317,6 +317,17 @@ describe("ActivityFollower", () => {
     now += LATE_WINDOW_MS + 1;
     log.commit(1);
     expect(sequences((await follower.step()).events)).toEqual([]);
+  });
+
+  it("remembers the newest skipped sequences when a gap is wider than it keeps", async () => {
+    const log = fakeLog();
+    const follower = new ActivityFollower(log.store, undefined, () => 0);
+    await follower.open();
+    log.commit(3 * MAX_LATE_HOLES + 1);
+    await follower.step();
+    log.commit(3 * MAX_LATE_HOLES);
+    log.commit(1);
+    expect(sequences((await follower.step()).events)).toEqual([3 * MAX_LATE_HOLES]);
   });
 
   it("follows only the selected agents, late events included", async () => {
