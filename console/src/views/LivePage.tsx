@@ -60,7 +60,7 @@ function Feed() {
   return (
     <table>
       <tbody>
-        {entries.slice(0, 50).map((f) =>
+        {entries.slice(0, 25).map((f) =>
           f.kind === "event" ? (
             <tr key={f.id} data-testid="feed-event">
               <td>{when(f.event.event?.occurredAt)}</td>
