@@ -45,6 +45,10 @@ async function human(sessionKey: string, summary: string) {
 async function openConsole(secret: string, hash = ""): Promise<Page> {
   const page = await context.newPage();
   page.on("pageerror", (err) => pageErrors.push(String(err)));
+  // A CSP violation (an inline style or script, another origin) is reported on the console.
+  page.on("console", (msg) => {
+    if (/Content Security Policy|Refused to/i.test(msg.text())) pageErrors.push(msg.text());
+  });
   await page.goto(`${t.url}/console/${hash}`);
   await page.locator('input[name="token"]').fill(secret);
   await page.locator('button[type="submit"]').click();
