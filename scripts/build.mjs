@@ -5,7 +5,8 @@
  *   node scripts/build.mjs              everything: server bundle, server declarations, client package
  *   node scripts/build.mjs server       only the server bundle (about a second)
  *   node scripts/build.mjs native       only the SQLite WAL library (dist/walcoalesce.so)
- *   node scripts/build.mjs --if-stale   the server bundle, the WAL library and the client package,
+ *   node scripts/build.mjs console      only the operator console (dist/console, served at /console)
+ *   node scripts/build.mjs --if-stale   the server bundle, the WAL library, the console and the client package,
  *                                       each only when one of its inputs changed since it was
  *                                       built (`npm start`, the test set-up, the bench and the soak)
  *
@@ -23,6 +24,10 @@
  * the service loads so a commit's WAL frames leave in one write
  * (docs/decisions/018-wal-writes.md). Without a compiler the build says so in one line and
  * goes on; the service then writes the WAL as SQLite does.
+ *
+ * The operator console (console/, docs/console.md) is bundled by esbuild for the browser:
+ * Preact and the generated client from gen/ into one minified script and one stylesheet,
+ * each named by a hash of its content (served as immutable), and index.html naming them.
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
@@ -198,6 +203,59 @@ export function clientStale() {
   return changedSince(statSync(CLIENT_STAMP).mtimeMs, clientInputs());
 }
 
+const CONSOLE_DIST = join(DIST, "console");
+const CONSOLE_INPUTS = join(DIST, "console.inputs.json");
+/** What the console's files are made from besides the bundle's own inputs. */
+const CONSOLE_FILES = ["console/index.html", "console/style.css", ...BUILD_FILES];
+
+/** Bundles the console into dist/console (index.html and hashed assets); returns the gzipped size of what a browser loads. */
+export async function buildConsole() {
+  const { build } = await import("esbuild");
+  const { gzipSync } = await import("node:zlib");
+  rmSync(CONSOLE_DIST, { recursive: true, force: true });
+  const assets = join(CONSOLE_DIST, "assets");
+  const result = await build({
+    absWorkingDir: ROOT,
+    entryPoints: { console: "console/src/main.tsx", style: "console/style.css" },
+    bundle: true,
+    format: "esm",
+    platform: "browser",
+    target: ["es2022", "chrome111", "firefox115", "safari16"],
+    jsx: "automatic",
+    jsxImportSource: "preact",
+    minify: true,
+    sourcemap: "linked",
+    entryNames: "[name]-[hash]",
+    outdir: assets,
+    metafile: true,
+    logLevel: "error",
+    legalComments: "linked",
+    // The page needs no Node built-ins; anything that reaches for one is a mistake.
+    define: { "process.env.NODE_ENV": '"production"' },
+  });
+  const outputs = Object.keys(result.metafile.outputs).map((f) => relative(assets, join(ROOT, f)));
+  const js = outputs.find((f) => f.startsWith("console-") && f.endsWith(".js"));
+  const css = outputs.find((f) => f.startsWith("style-") && f.endsWith(".css"));
+  if (!js || !css) throw new Error(`the console build made no script or stylesheet (${outputs.join(", ")})`);
+  const html = readFileSync(join(ROOT, "console/index.html"), "utf8").replace("%JS%", js).replace("%CSS%", css);
+  writeFileSync(join(CONSOLE_DIST, "index.html"), html);
+  writeFileSync(CONSOLE_INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
+  const gzipped = [js, css].reduce((n, f) => n + gzipSync(readFileSync(join(assets, f)), { level: 9 }).length, 0) + gzipSync(html).length;
+  return gzipped;
+}
+
+/** Whether the console is missing or older than any file it was made from. */
+export function consoleStale() {
+  const index = join(CONSOLE_DIST, "index.html");
+  if (!existsSync(index) || !existsSync(CONSOLE_INPUTS)) return true;
+  return changedSince(statSync(index).mtimeMs, [...JSON.parse(readFileSync(CONSOLE_INPUTS, "utf8")), ...CONSOLE_FILES]);
+}
+
+async function consoleStep() {
+  const bytes = await buildConsole();
+  process.stderr.write(`build: console is ${(bytes / 1024).toFixed(1)} KiB gzipped (script, stylesheet and page)\n`);
+}
+
 function tsc(project) {
   const bin = join(ROOT, "node_modules/typescript/bin/tsc");
   return new Promise((resolve, reject) => {
@@ -230,11 +288,12 @@ async function main(args) {
     await Promise.all([
       serverStale() && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
       clientStale() && step(`client package ${relative(ROOT, CLIENT_DIST)}`, buildClient),
+      consoleStale() && step(`console ${relative(ROOT, CONSOLE_DIST)}`, consoleStep),
     ]);
     return;
   }
   const only = args.filter((a) => !a.startsWith("-"));
-  const known = ["native", "server", "types", "client"];
+  const known = ["native", "server", "types", "client", "console"];
   const unknown = only.filter((a) => !known.includes(a));
   if (unknown.length > 0) {
     process.stderr.write(`build: unknown part(s) ${unknown.join(", ")}; parts: ${known.join(", ")}\n`);
@@ -248,6 +307,7 @@ async function main(args) {
     parts.includes("server") && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
     parts.includes("types") && step("server declarations dist/types", buildDeclarations),
     parts.includes("client") && step("client package packages/client/dist", buildClient),
+    parts.includes("console") && step(`console ${relative(ROOT, CONSOLE_DIST)}`, consoleStep),
   ]);
   process.stderr.write(`build: done in ${Math.round(performance.now() - started)} ms\n`);
 }
