@@ -87,7 +87,7 @@ beforeAll(async () => {
     [OPS_MAIN, OPS_CHILD, "deploy the fix"],
   ]) {
     await c.sessions.upsertSession({ session: { sessionKey: main }, kind: SessionKind.MAIN, model: "gpt-5", label: "front desk" });
-    // The spawn seeds the parent's cursor on the child (SPEC §3.1).
+    // The spawn seeds the parent's cursor on the child (design §3.1).
     await c.sessions.spawnSession({ parent: { sessionKey: main }, childSessionKey: child, kind: SessionKind.OTHER, label, model: "gpt-5-mini" });
   }
   await human(OPS_CHILD, "operator asked for a rollback plan");

@@ -1,5 +1,5 @@
 /**
- * AdminService/ListLeaders with replicas (SPEC §7): every replica names the same leader of each
+ * AdminService/ListLeaders with replicas (design §7.2): every replica names the same leader of each
  * singleton job, the holder of the job's advisory lock, and only the leader says it is this
  * replica; when the leader dies, a survivor takes the job and is named.
  */
