@@ -75,7 +75,7 @@ function reply(res: ServerResponse, status: number, message: string, headers: Re
 /** The body, at most `limit` bytes: beyond it the request is refused (413) without reading on. */
 function readBody(req: IncomingMessage, limit: number): Promise<Buffer> {
   const declared = Number(req.headers["content-length"]);
-  if (Number.isFinite(declared) && declared > limit) return Promise.reject(new Refusal(413, `request body of ${declared} bytes is larger than ${limit} (--max-request-bytes)`));
+  if (Number.isFinite(declared) && declared > limit) return Promise.reject(new Refusal(413, `request body of ${declared} bytes is larger than ${limit} (--max-request-bytes)`, { connection: "close" }));
   return new Promise((resolve, reject) => {
     const chunks: Buffer[] = [];
     let size = 0;
@@ -174,8 +174,9 @@ export async function serveHttp(options: HttpOptions): Promise<HttpFront> {
   const server = createServer((req, res) => {
     handle(req, res).catch((err: unknown) => {
       if (err instanceof Refusal) {
+        // The rest of a body too large is never read: the connection ends once the answer is out.
+        if (err.status === 413) res.once("finish", () => req.destroy());
         reply(res, err.status, err.message, err.headers);
-        if (err.status === 413) req.destroy();
         return;
       }
       safeLog(options.logger, "error", "mcp http request failed", { error: err instanceof Error ? err.message : String(err) });
