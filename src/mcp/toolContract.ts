@@ -38,8 +38,6 @@ export interface FieldParam {
   /** Numeric bounds, as the field's proto comment states them. */
   minimum?: number;
   maximum?: number;
-  /** Most items of a repeated field. */
-  maxItems?: number;
   /** Most UTF-8 bytes of a string field, as its proto comment states (checked here too). */
   maxBytes?: number;
   /** Most characters (code points) of a string field, as its proto comment states. */
@@ -120,7 +118,8 @@ export function paramSchema(param: ToolParam): JsonSchema {
   const field = requireField(param.message, param.field);
   const element = elementSchema(field, param);
   if (field.fieldKind === "list") {
-    return { type: "array", items: element, uniqueItems: true, ...(param.maxItems === undefined ? {} : { maxItems: param.maxItems }), description: param.description };
+    // Distinct enum values: at most one of each.
+    return { type: "array", items: element, uniqueItems: true, ...(element.enum ? { maxItems: element.enum.length } : {}), description: param.description };
   }
   return { ...element, description: param.description };
 }

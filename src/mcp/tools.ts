@@ -48,7 +48,7 @@ export interface SessionToolDefinition {
   run(ctx: ToolContext, args: Record<string, unknown>): Promise<JsonObject>;
 }
 
-const KEY_WORDS = 'A session key such as "agent:main:subagent:child"; a key without an agent names a session of this session\'s agent.';
+const KEY_WORDS = 'A session key such as "agent:main:subagent:child"; a key without an agent names a session of this session\'s agent. At most 512 bytes.';
 
 const status: SessionToolDefinition = {
   name: "session_status",
@@ -107,11 +107,11 @@ const list: SessionToolDefinition = {
     "Sessions this session may see, most recently updated first: key, agent, kind, label, parent and children, stateVersion, model, token counts and run state. " +
     "Active sessions by default; archived: true lists archived ones. When visibility is restricted the answer says so.",
   params: {
-    kinds: { message: ListSessionsRequestSchema, field: "kinds", description: "Only these kinds. Absent = every kind." , maxItems: 6 },
+    kinds: { message: ListSessionsRequestSchema, field: "kinds", description: "Only these kinds. Absent = every kind." },
     label: { message: ListSessionsRequestSchema, field: "label", description: "Only sessions with exactly this label. At most 256 bytes.", maxBytes: 256 },
     agentId: { message: ListSessionsRequestSchema, field: "agent_id", description: "Only sessions of this agent (1-64 characters of letters, digits, '_', '.', '-')." },
     search: { message: ListSessionsRequestSchema, field: "search", description: "Case-insensitive text in the session key or label. At most 256 bytes.", maxBytes: 256 },
-    activeMinutes: { message: ListSessionsRequestSchema, field: "active_minutes", description: "Only sessions updated within this many minutes (0 = any time).", minimum: 0, maximum: 525600 },
+    activeMinutes: { message: ListSessionsRequestSchema, field: "active_minutes", description: "Only sessions updated within this many minutes (0 = any time; at most 525600, a year).", minimum: 0, maximum: 525600 },
     archived: { message: ListSessionsRequestSchema, field: "archived", description: "true lists archived sessions instead of active ones." },
     limit: { message: ListSessionsRequestSchema, field: "limit", description: "Most rows, 1-500 (default 100).", minimum: 1, maximum: 500 },
     includeDerivedTitles: { message: ListSessionsRequestSchema, field: "include_derived_titles", description: "Add each session's derived title (the start of its first user message)." },
@@ -197,7 +197,7 @@ const spawn: SessionToolDefinition = {
   params: {
     task: { message: SpawnSessionRequestSchema, field: "task", description: 'The delegated task, recorded as the child\'s first message ("[Subagent Task]: ..."). At most 65536 bytes.', maxBytes: 65536 },
     label: { message: SpawnSessionRequestSchema, field: "label", description: "A label for the child. At most 256 bytes.", maxBytes: 256 },
-    childSessionKey: { message: SpawnSessionRequestSchema, field: "child_session_key", description: 'The child\'s key. Absent = a new "agent:<agent>:subagent:<uuid>" (":acp:" for runtime acp).', maxBytes: 512 },
+    childSessionKey: { message: SpawnSessionRequestSchema, field: "child_session_key", description: 'The child\'s key. Absent = a new "agent:<agent>:subagent:<uuid>" (":acp:" for runtime acp).' },
     runtime: { message: SpawnSessionRequestSchema, field: "runtime", description: "subagent (default) or acp (an external agent harness, outside any sandbox)." },
     model: { message: SpawnSessionRequestSchema, field: "model", description: "Model override for the child. At most 256 bytes.", maxBytes: 256 },
     thinking: { message: SpawnSessionRequestSchema, field: "thinking_level", description: "Thinking-level override for the child." },
@@ -229,8 +229,8 @@ const subagents: SessionToolDefinition = {
     action: { local: { type: "string", enum: ["list", "cancel"], default: "list" }, description: "list (default) or cancel." },
     taskId: { message: CancelTaskRequestSchema, field: "task_id", description: "cancel: the task to cancel (its id from list). At most 128 bytes.", maxBytes: 128 },
     sessionKey: { message: ListTasksRequestSchema, field: "session.session_key", description: `list: only the tasks of this session. ${KEY_WORDS}`, maxBytes: 512 },
-    states: { message: ListTasksRequestSchema, field: "states", description: "list: only tasks in these states (matched whatever their age). Absent = active ones and those finished recently.", maxItems: 8 },
-    pageSize: { message: ListTasksRequestSchema, field: "page_size", description: "list: most tasks per page (default 50; at most the service's --task-list-max, default 200).", minimum: 1 },
+    states: { message: ListTasksRequestSchema, field: "states", description: "list: only tasks in these states (matched whatever their age). Absent = active ones and those finished recently." },
+    pageSize: { message: ListTasksRequestSchema, field: "page_size", description: "list: most tasks per page (0 = 50; at most the service's --task-list-max, default 200)." },
     pageToken: { message: ListTasksRequestSchema, field: "page_token", description: "list: the nextPageToken of the previous page." },
   },
   async run(ctx, args) {
