@@ -79,8 +79,11 @@ const status: SessionToolDefinition = {
       };
     }
     if (response.session) view.session = modelView(SessionSchema, response.session, ["sessionId", "origin", "deliveryContext", "stateVersion"]);
-    if (response.route) view.route = modelView(StatusRouteSchema, response.route);
-    if (response.usage) view.usage = modelView(StatusUsageSchema, response.usage);
+    // Route and usage say nothing when every field is zero: left out, like any zero field.
+    const route = response.route && modelView(StatusRouteSchema, response.route);
+    if (route && Object.keys(route).length > 0) view.route = route;
+    const usage = response.usage && modelView(StatusUsageSchema, response.usage);
+    if (usage && Object.keys(usage).length > 0) view.usage = usage;
     if (response.taskContext) view.taskContext = modelView(LinkedTaskContextSchema, response.taskContext);
     if (response.modelChanged) view.modelChanged = true;
     if (changes && request.changesSince !== undefined && ctx.notices) {
