@@ -6,8 +6,14 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { ToolListChangedNotificationSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { createClient } from "@connectrpc/connect";
+import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
+import { MessageRole } from "../gen/sessionstate/v1/message_pb.js";
 import { SessionKind } from "../gen/sessionstate/v1/session_pb.js";
-import { BIN, eventually, initialize, MAIN, mcpEnv, RawMcpProcess, registerSessions, SERVICE_TOKEN, startService, textOf, walkTheFlow, type Service } from "./mcp-harness.js";
+import { TranscriptService } from "../gen/sessionstate/v1/transcript_pb.js";
+import { ResourceUpdatedNotificationSchema } from "@modelcontextprotocol/sdk/types.js";
+import { transportFor } from "./support/harness.js";
+import { BIN, eventually, initialize, MAIN, mcpEnv, noticeText, RawMcpProcess, registerSessions, SERVICE_TOKEN, startService, textOf, walkTheFlow, type Service } from "./mcp-harness.js";
 
 let service: Service;
 
@@ -110,6 +116,46 @@ describe("sessionstate mcp over stdio", () => {
       expect(((await client.callTool({ name: "sessions_list", arguments: { limit: 5 } })) as CallToolResult).isError).toBeFalsy();
     } finally {
       await lonely.close();
+      await client.close();
+    }
+  });
+
+  it("drops a notice from the resource once another Gateway acked it (an ack anywhere counts)", async () => {
+    const watcher = "agent:main:second";
+    const target = "agent:main:subagent:second-child";
+    await service.rpc.sessions.upsertSession({ session: { sessionKey: watcher }, kind: SessionKind.MAIN });
+    const { client, transport } = stdioClient(["--session-key", watcher]);
+    const updates: string[] = [];
+    client.setNotificationHandler(ResourceUpdatedNotificationSchema, (n) => void updates.push(n.params.uri));
+    await client.connect(transport);
+    try {
+      await client.subscribeResource({ uri: "sessionstate://notices" });
+      const spawned = (await client.callTool({ name: "sessions_spawn", arguments: { childSessionKey: target } })) as CallToolResult;
+      const since = (spawned.structuredContent as { spawnSequence: number }).spawnSequence;
+      await service.rpc.state.appendEvents({ events: [{ session: { sessionKey: target }, kind: EventKind.GOAL_CHANGED, actorType: ActorType.HUMAN, summary: "goal updated" }] });
+      await eventually("the notice", () => updates.length > 0 || undefined);
+      expect((await client.readResource({ uri: "sessionstate://notices" })).contents[0]).toMatchObject({ text: noticeText(target, since) });
+      await service.rpc.watch.ackNotices({ watcherSessionKey: watcher, acks: [{ targetSessionKey: target }] });
+      expect((await client.readResource({ uri: "sessionstate://notices" })).contents[0]).toMatchObject({ text: "" });
+    } finally {
+      await client.close();
+    }
+  });
+
+  it("masks the service's token wherever it would reach the model (here: a transcript that holds it)", async () => {
+    const transcripts = createClient(TranscriptService, transportFor(service.url, "connect", { token: SERVICE_TOKEN }));
+    await transcripts.appendMessages({
+      session: { sessionKey: MAIN },
+      messages: [{ messageId: "leak-1", role: MessageRole.USER, content: [{ block: { case: "text", value: { text: `the service token is ${SERVICE_TOKEN} (pasted by mistake)` } } }] }],
+    });
+    const { client, transport } = stdioClient(["--session-key", MAIN]);
+    await client.connect(transport);
+    try {
+      const history = (await client.callTool({ name: "sessions_history", arguments: { limit: 5 } })) as CallToolResult;
+      expect(history.isError, textOf(history)).toBeFalsy();
+      expect(textOf(history)).toContain("the service token is [redacted] (pasted by mistake)");
+      expect(JSON.stringify(history)).not.toContain(SERVICE_TOKEN);
+    } finally {
       await client.close();
     }
   });

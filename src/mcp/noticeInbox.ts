@@ -56,12 +56,42 @@ export class NoticeInbox {
     });
   }
 
-  /** The pending notices, oldest first, once the first replay arrived (or its wait ran out). */
+  /**
+   * The pending notices, oldest first, once the first replay arrived (or its wait ran out).
+   * The stream says when a notice opens, not when another Gateway or MCP connection acks it
+   * (an ack through any replica counts everywhere), so the watcher's cursors are read first
+   * and a notice whose cursor no longer has it pending is dropped.
+   */
   async list(): Promise<Notice[]> {
     let timer: NodeJS.Timeout | undefined;
     await Promise.race([this.replayed, new Promise<void>((resolve) => (timer = setTimeout(resolve, this.replayWaitMs)))]);
     clearTimeout(timer);
+    if (this.pending.size > 0) await this.dropAckedElsewhere();
     return [...this.pending.values()];
+  }
+
+  private async dropAckedElsewhere(): Promise<void> {
+    const stillPending = new Map<string, bigint>();
+    try {
+      let pageToken = "";
+      do {
+        const page = await this.options.watch.listWatchCursors(
+          { selector: { case: "watcherSessionKey", value: this.options.watcherKey }, pageSize: 1000, pageToken },
+          { timeoutMs: 5_000 },
+        );
+        for (const c of page.cursors) if (c.noticePending) stillPending.set(targetOf(c), c.notifiedSequence);
+        pageToken = page.nextPageToken;
+      } while (pageToken !== "");
+    } catch (err) {
+      // Unknown: show what the stream said rather than nothing.
+      const error = ConnectError.from(err);
+      safeLog(this.options.logger, "warn", "watch cursors not read; notices shown as the stream gave them", { watcherKey: this.options.watcherKey, code: Code[error.code], error: error.rawMessage });
+      return;
+    }
+    for (const [target, notice] of this.pending) {
+      const notified = stillPending.get(target);
+      if (notified === undefined || notified < notice.notifiedSequence) this.pending.delete(target);
+    }
   }
 
   /** The resource's two forms: the exact notice lines, and the same notices as JSON. */
