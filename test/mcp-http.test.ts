@@ -8,7 +8,7 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { request } from "node:http";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
-import { initialize, MAIN, mcpEnv, RawMcpProcess, registerSessions, SERVICE_TOKEN, startService, walkTheFlow, type Service } from "./mcp-harness.js";
+import { eventually, initialize, MAIN, mcpEnv, RawMcpProcess, registerSessions, SERVICE_TOKEN, startService, walkTheFlow, type Service } from "./mcp-harness.js";
 
 let service: Service;
 
@@ -110,6 +110,25 @@ describe("sessionstate mcp over Streamable HTTP", () => {
       expect(second.status).toBe(503);
       expect(JSON.parse(second.body).error.message).toMatch(/^too many MCP sessions open \(1, --http-max-sessions\)/);
     } finally {
+      await mcp.stop();
+    }
+  });
+
+  it("ends an MCP session idle past --http-session-idle (its next request is 404), but not one holding a stream open", async () => {
+    const { mcp, url } = await startHttp(["--session-key", MAIN, "--http-session-idle", "1"]);
+    const client = new Client({ name: "mcp-http-test", version: "1" });
+    try {
+      const opened = await post(url, {});
+      const id = opened.headers["mcp-session-id"] as string;
+      // The SDK's client keeps a GET stream open for the server's notifications.
+      await client.connect(new StreamableHTTPClientTransport(url));
+      await eventually("the idle session to end", () => /"msg":"mcp session ended: idle"/.test(mcp.stderr) || undefined);
+      const late = await post(url, { "mcp-session-id": id, "mcp-protocol-version": "2025-06-18" }, JSON.stringify({ jsonrpc: "2.0", id: 2, method: "tools/list" }));
+      expect(late.status).toBe(404);
+      await new Promise((r) => setTimeout(r, 1500));
+      expect((await client.listTools()).tools).toHaveLength(7);
+    } finally {
+      await client.close();
       await mcp.stop();
     }
   });

@@ -21,6 +21,7 @@ export const MCP_SETTINGS: Setting[] = [
   { flag: "http-allowed-origins", env: "SESSIONSTATE_MCP_HTTP_ALLOWED_ORIGINS", description: "Browser origins allowed to call over HTTP, comma-separated; a request with another Origin header is 403", default: "" },
   { flag: "http-allowed-hosts", env: "SESSIONSTATE_MCP_HTTP_ALLOWED_HOSTS", description: "Host header values (host:port) accepted over HTTP, comma-separated. None = the loopback names when bound to loopback, any otherwise", default: "" },
   { flag: "http-max-sessions", env: "SESSIONSTATE_MCP_HTTP_MAX_SESSIONS", description: "MCP sessions open at once over HTTP; a new initialize beyond it is 503", default: "64" },
+  { flag: "http-session-idle", env: "SESSIONSTATE_MCP_HTTP_SESSION_IDLE_S", description: "Seconds an MCP session over HTTP may go without a request and an open stream before it is ended (its next request is 404: initialize again)", default: "3600" },
   { flag: "max-request-bytes", env: "SESSIONSTATE_MCP_MAX_REQUEST_BYTES", description: "Largest MCP message accepted (an HTTP body beyond it is 413; on stdio it ends the connection)", default: String(MCP_DEFAULT_MAX_REQUEST_BYTES) },
   { flag: "tools-refresh", env: "SESSIONSTATE_MCP_TOOLS_REFRESH_S", description: "Seconds between reads of the session's tool list, to send notifications/tools/list_changed when it changes (0 = only when listed)", default: "30" },
 ];
@@ -31,7 +32,7 @@ export interface McpConfig {
   sessionKey?: string;
   agentId?: string;
   visibility: VisibilityMode;
-  http?: { host: string; port: number; token?: string; allowedOrigins: string[]; allowedHosts?: string[]; maxSessions: number };
+  http?: { host: string; port: number; token?: string; allowedOrigins: string[]; allowedHosts?: string[]; maxSessions: number; sessionIdleMs: number };
   maxRequestBytes: number;
   toolsRefreshMs: number;
 }
@@ -107,7 +108,7 @@ export function mcpConfig(flags: Record<string, string | undefined>, env: NodeJS
       throw new ConfigError(`${label("http")}: refusing to serve MCP on "${address.host}" (not loopback) without --http-token: anyone who reaches the port would act as the session`);
     }
     const hosts = list(value("http-allowed-hosts"));
-    config.http = { ...address, token, allowedOrigins: origins, allowedHosts: hosts.length > 0 ? hosts : undefined, maxSessions: int("http-max-sessions", 1, 100_000) };
+    config.http = { ...address, token, allowedOrigins: origins, allowedHosts: hosts.length > 0 ? hosts : undefined, maxSessions: int("http-max-sessions", 1, 100_000), sessionIdleMs: int("http-session-idle", 1, 7 * 86_400) * 1000 };
   }
   return config;
 }

@@ -13,6 +13,10 @@
  *   required when the server is bound off loopback (the command refuses to start without);
  * - the body size (--max-request-bytes): larger is 413, read no further;
  * - the number of open MCP sessions (--http-max-sessions): beyond it a new initialize is 503.
+ *
+ * An MCP session that sent nothing for --http-session-idle seconds and holds no open stream
+ * is ended (its next request is 404, so the client initializes again), so clients that go
+ * away without DELETE do not keep their slots.
  */
 import { randomUUID } from "node:crypto";
 import { createServer, type IncomingMessage, type ServerResponse } from "node:http";
@@ -37,6 +41,8 @@ export interface HttpOptions {
   allowedHosts?: readonly string[];
   maxBodyBytes: number;
   maxSessions: number;
+  /** An MCP session with no request and no open stream for this long is ended. */
+  sessionIdleMs: number;
   logger: ClientLogger;
   /** A new MCP session; it calls `onClosed` when it ends. */
   newSession(onClosed: () => void): McpSession;
@@ -51,6 +57,9 @@ export interface HttpFront {
 interface Entry {
   session: McpSession;
   transport: StreamableHTTPServerTransport;
+  lastRequestAt: number;
+  /** Responses still open (SSE streams, a POST waiting for its answer). */
+  open: number;
 }
 
 class Refusal extends Error {
@@ -130,7 +139,7 @@ export async function serveHttp(options: HttpOptions): Promise<HttpFront> {
       sessionIdGenerator: randomUUID,
       onsessioninitialized: (sessionId) => {
         id = sessionId;
-        sessions.set(sessionId, { session, transport });
+        sessions.set(sessionId, { session, transport, lastRequestAt: Date.now(), open: 0 });
       },
     });
     try {
@@ -149,6 +158,14 @@ export async function serveHttp(options: HttpOptions): Promise<HttpFront> {
     const sessionId = req.headers["mcp-session-id"];
     const entry = typeof sessionId === "string" ? sessions.get(sessionId) : undefined;
     if (sessionId !== undefined && entry === undefined) throw new Refusal(404, "unknown or ended MCP session: initialize again");
+    if (entry) {
+      entry.lastRequestAt = Date.now();
+      entry.open += 1;
+      res.once("close", () => {
+        entry.open -= 1;
+        entry.lastRequestAt = Date.now();
+      });
+    }
     if (req.method === "POST") {
       const raw = await readBody(req, options.maxBodyBytes);
       let body: unknown;
@@ -186,6 +203,16 @@ export async function serveHttp(options: HttpOptions): Promise<HttpFront> {
   // Bounds a request's head and body; answers (SSE streams) may last as long as the session.
   server.headersTimeout = 10_000;
   server.requestTimeout = 30_000;
+  const sweep = setInterval(() => {
+    const now = Date.now();
+    for (const [id, entry] of sessions) {
+      if (entry.open > 0 || now - entry.lastRequestAt < options.sessionIdleMs) continue;
+      sessions.delete(id);
+      safeLog(options.logger, "info", "mcp session ended: idle", { sessionKey: entry.session.sessionKey, idleMs: now - entry.lastRequestAt });
+      void entry.session.close();
+    }
+  }, Math.min(60_000, Math.max(250, options.sessionIdleMs / 4)));
+  sweep.unref();
   await new Promise<void>((resolve, reject) => {
     server.once("error", reject);
     server.listen(options.port, options.host, () => {
@@ -199,6 +226,7 @@ export async function serveHttp(options: HttpOptions): Promise<HttpFront> {
   return {
     url: `http://${shownHost}:${port}${MCP_PATH}`,
     async close() {
+      clearInterval(sweep);
       await Promise.all([...sessions.values()].map((e) => e.session.close()));
       await new Promise<void>((resolve) => {
         server.close(() => resolve());
