@@ -162,6 +162,8 @@ export async function walkTheFlow(client: Client, service: Service): Promise<str
 
 /** A `sessionstate mcp` child whose stdio the test drives by hand (raw JSON-RPC lines). */
 export class RawMcpProcess {
+  /** Every child not yet stopped: a failing test's children are stopped by stopAll. */
+  private static readonly running = new Set<RawMcpProcess>();
   readonly child: ChildProcessWithoutNullStreams;
   stdout = "";
   stderr = "";
@@ -172,6 +174,13 @@ export class RawMcpProcess {
     this.child.stdout.on("data", (d: Buffer) => (this.stdout += d.toString()));
     this.child.stderr.on("data", (d: Buffer) => (this.stderr += d.toString()));
     this.exited = new Promise((resolve) => this.child.once("exit", (code) => resolve(code)));
+    RawMcpProcess.running.add(this);
+    void this.exited.then(() => RawMcpProcess.running.delete(this));
+  }
+
+  /** Stops every child still running (afterEach: a test that failed midway leaves none). */
+  static async stopAll(): Promise<void> {
+    await Promise.all([...RawMcpProcess.running].map((p) => p.stop()));
   }
 
   send(message: unknown): void {

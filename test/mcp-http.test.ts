@@ -7,7 +7,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { request } from "node:http";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { eventually, initialize, MAIN, mcpEnv, RawMcpProcess, registerSessions, SERVICE_TOKEN, startService, walkTheFlow, type Service } from "./mcp-harness.js";
 
 let service: Service;
@@ -15,6 +15,10 @@ let service: Service;
 beforeAll(async () => {
   service = await startService();
   await registerSessions(service.rpc);
+});
+
+afterEach(async () => {
+  await RawMcpProcess.stopAll();
 });
 
 afterAll(async () => {

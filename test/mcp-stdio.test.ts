@@ -5,7 +5,7 @@
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { ToolListChangedNotificationSchema, type CallToolResult } from "@modelcontextprotocol/sdk/types.js";
-import { afterAll, beforeAll, describe, expect, it } from "vitest";
+import { afterAll, afterEach, beforeAll, describe, expect, it } from "vitest";
 import { createClient } from "@connectrpc/connect";
 import { ActorType, EventKind } from "../gen/sessionstate/v1/event_pb.js";
 import { MessageRole } from "../gen/sessionstate/v1/message_pb.js";
@@ -20,6 +20,10 @@ let service: Service;
 beforeAll(async () => {
   service = await startService();
   await registerSessions(service.rpc);
+});
+
+afterEach(async () => {
+  await RawMcpProcess.stopAll();
 });
 
 afterAll(async () => {
