@@ -26,6 +26,7 @@ const BOTH_BACKENDS = [
   "test/faults/slowSubscriber.test.ts",
   "test/faults/stateMachine.test.ts",
   "test/console/admin.test.ts",
+  "test/mcp-stdio.test.ts",
 ];
 /** Only PostgreSQL has replicas. */
 const POSTGRES_ONLY = ["test/replicas/*.test.ts"];
