@@ -25,6 +25,8 @@ const BOTH_BACKENDS = [
   "test/faults/clock.test.ts",
   "test/faults/slowSubscriber.test.ts",
   "test/faults/stateMachine.test.ts",
+  "test/console/admin.test.ts",
+  "test/mcp-stdio.test.ts",
 ];
 /** Only PostgreSQL has replicas. */
 const POSTGRES_ONLY = ["test/replicas/*.test.ts"];

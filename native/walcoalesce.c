@@ -3,8 +3,8 @@
  *
  * SQLite appends a transaction's frames to the WAL with two write calls per frame (its
  * 24-byte header, then the page) and, with synchronous = NORMAL, no sync. Under many small
- * commits those calls were most of what a COMMIT cost on our machines (a system call costs
- * several microseconds under their hypervisor; docs/decisions/010-gathered-wal-writes.md). This VFS wraps the
+ * commits those calls are a good part of what a COMMIT costs, more so on virtual machines,
+ * where a system call is dear (docs/decisions/018-wal-writes.md). This VFS wraps the
  * default one and, for WAL files only, gathers writes that continue exactly where the last
  * write to the file ended, and hands them on in one call (in chunks the unix VFS accepts):
  *
@@ -12,18 +12,30 @@
  *    set) has been gathered: COMMIT has then written everything, with any error its own,
  *    before SQLite publishes the new frames in the WAL index;
  *  - before any other operation on the WAL file (read, sync, truncate, size, lock, file
- *    control, close), before a write anywhere else, and past GATHER_LIMIT bytes;
- *  - when the connection gives up the WAL's write lock (what is left then is a rolled-back
- *    transaction's spilled frames, which must not land later over another writer's);
+ *    control), before a write anywhere else, and past GATHER_LIMIT bytes;
  *  - and, as a last guard, when SQLite is about to publish a new WAL-index header (the
  *    database file's shared-memory barrier) with anything still gathered.
  *
- * A failed write keeps the bytes gathered for the next operation to retry. Order and content
- * of what reaches the file are unchanged, and nothing is published before it is written:
- * readers, the checkpointer and crash recovery see what they saw before. A WAL is gathered
- * only when its database file was opened through this VFS and the device has powersafe
- * overwrite (else SQLite pads commits to a sector, splitting a frame around a sync).
- * Everything else (the database file, journals, shared memory) passes straight through.
+ * What is gathered belongs to the write transaction in progress, and is dropped, never
+ * written, where SQLite has given that transaction up:
+ *
+ *  - when a write call fails (ENOSPC, EIO, a short write). SQLite then abandons the frame
+ *    set it was writing (its in-memory WAL end does not move) and rolls the transaction
+ *    back. Written later, the frames of a commit the caller was told had failed would be in
+ *    the file with their commit frame, and crash recovery would replay them;
+ *  - when the connection gives up the WAL's write lock: a commit leaves nothing gathered, so
+ *    what is left is a rolled-back transaction's, which must not land later over what the
+ *    next writer (another connection) commits at those offsets;
+ *  - when the WAL file closes (its connection holds no write lock by then).
+ *
+ * Gathered bytes that fail to leave on any other operation (a read, a sync, a size) stay
+ * gathered for the next one to retry: SQLite may carry on with the transaction after such
+ * an error, and it believes those frames written. Order and content of what reaches the
+ * file are unchanged, and nothing is published before it is written: readers, the
+ * checkpointer and crash recovery see what they saw before. A WAL is gathered only when its
+ * database file was opened through this VFS and the device has powersafe overwrite (else
+ * SQLite pads commits to a sector, splitting a frame around a sync). Everything else (the
+ * database file, journals, shared memory) passes straight through.
  */
 #include "sqlite3ext.h"
 SQLITE_EXTENSION_INIT1
@@ -63,16 +75,34 @@ static int writeThrough(GatherFile *f, const void *data, int n, sqlite3_int64 of
   return rc;
 }
 
+/* Lets go of what is gathered, unwritten; the next write then starts a new run. */
+static void dropGathered(GatherFile *f) {
+  if (f->used > 0) f->end = -1;
+  f->used = 0;
+  f->commitFrame = 0;
+}
+
 /*
- * Writes what is gathered. On failure the bytes stay gathered, to be written by the next
- * operation (the commit's own write at the latest): dropping them would leave a hole in the
- * WAL that SQLite believes written.
+ * Writes what is gathered. On failure the bytes stay gathered: the caller decides whether
+ * they are retried (an operation SQLite may go on from) or dropped (a failed write).
  */
 static int flushGathered(GatherFile *f) {
   int rc;
   if (f->used == 0) return SQLITE_OK;
   rc = writeThrough(f, f->buf, f->used, f->start);
   if (rc == SQLITE_OK) f->used = 0;
+  return rc;
+}
+
+/*
+ * A failed WAL write: what is gathered (the frame set being written, and earlier ones of the
+ * same transaction) is dropped. What a partial write left in the file is a prefix of it,
+ * without a whole commit frame, beyond the WAL's published end: recovery ignores it and the
+ * next writer overwrites it, as with SQLite's own writes.
+ */
+static int writeFailed(GatherFile *f, int rc) {
+  dropGathered(f);
+  f->end = -1;
   return rc;
 }
 
@@ -83,33 +113,33 @@ static int gWrite(sqlite3_file *p, const void *data, int n, sqlite3_int64 off) {
   completesCommit = f->commitFrame;
   f->commitFrame = n == WAL_FRAME_HEADER && (((const unsigned char *)data)[4] | ((const unsigned char *)data)[5] |
                                              ((const unsigned char *)data)[6] | ((const unsigned char *)data)[7]) != 0;
-  /* Only appends are gathered: a write anywhere else (SQLite rewriting a frame header's
-   * checksum, a new WAL header) goes straight through, after what was gathered. */
-  if (off != f->end || f->used + n > GATHER_LIMIT) {
-    rc = flushGathered(f);
-    if (rc == SQLITE_OK) rc = writeThrough(f, data, n, off);
-    f->end = rc == SQLITE_OK ? off + n : -1;
-    return rc;
-  }
-  if (f->used + n > f->size) {
+  /* Only appends are gathered: a write anywhere else (SQLite rewriting a frame in place or
+   * a frame header's checksum, a new WAL header) goes straight through, after what was
+   * gathered; so does one past the limit, or one the buffer cannot grow for. */
+  if (off == f->end && f->used + n <= GATHER_LIMIT && f->used + n > f->size) {
     int size = f->size ? f->size : 128 * 1024;
     unsigned char *grown;
     while (size < f->used + n) size *= 2;
     grown = sqlite3_realloc(f->buf, size);
-    if (!grown) {
-      rc = flushGathered(f);
-      if (rc == SQLITE_OK) rc = writeThrough(f, data, n, off);
-      f->end = rc == SQLITE_OK ? off + n : -1;
-      return rc;
+    if (grown) {
+      f->buf = grown;
+      f->size = size;
     }
-    f->buf = grown;
-    f->size = size;
+  }
+  if (off != f->end || f->used + n > GATHER_LIMIT || f->used + n > f->size) {
+    rc = flushGathered(f);
+    if (rc == SQLITE_OK) rc = writeThrough(f, data, n, off);
+    if (rc != SQLITE_OK) return writeFailed(f, rc);
+    f->end = off + n;
+    return SQLITE_OK;
   }
   if (f->used == 0) f->start = off;
   memcpy(f->buf + f->used, data, n);
   f->used += n;
   f->end = off + n;
-  return completesCommit ? flushGathered(f) : SQLITE_OK;
+  if (!completesCommit) return SQLITE_OK;
+  rc = flushGathered(f);
+  return rc == SQLITE_OK ? SQLITE_OK : writeFailed(f, rc);
 }
 
 /* Every other WAL operation first writes what was gathered. */
@@ -121,13 +151,14 @@ static int gWrite(sqlite3_file *p, const void *data, int n, sqlite3_int64 off) {
 
 static int gClose(sqlite3_file *p) {
   GatherFile *f = (GatherFile *)p;
-  int rc = flushGathered(f), rc2;
+  int rc;
+  dropGathered(f);
   if (f->db) f->db->wal = 0;
   if (f->wal) f->wal->db = 0;
-  rc2 = f->real->pMethods->xClose(f->real);
+  rc = f->real->pMethods->xClose(f->real);
   sqlite3_free(f->buf);
   f->buf = 0;
-  return rc != SQLITE_OK ? rc : rc2;
+  return rc;
 }
 
 static int gRead(sqlite3_file *p, void *out, int n, sqlite3_int64 off) {
@@ -201,16 +232,9 @@ static int gShmMap(sqlite3_file *p, int region, int size, int extend, void volat
 
 static int gShmLock(sqlite3_file *p, int offset, int n, int flags) {
   GatherFile *f = (GatherFile *)p;
-  /* Giving up the write lock: anything still gathered belongs to a transaction that did not
-   * commit (it spilled pages, then rolled back). Written now, while no other writer can use
-   * those offsets; were it kept, a later flush would overwrite what the next writer — another
-   * connection — committed there. Nothing refers to those frames, so when the write fails
-   * they are let go. */
-  if (offset == WAL_WRITE_LOCK_SLOT && (flags & SQLITE_SHM_UNLOCK) && (flags & SQLITE_SHM_EXCLUSIVE) && f->wal && f->wal->used > 0 &&
-      flushGathered(f->wal) != SQLITE_OK) {
-    f->wal->used = 0;
-    f->wal->end = -1;
-  }
+  /* Giving up the write lock ends the write transaction: what is still gathered belongs to
+   * one that did not commit, and nothing refers to it. */
+  if (offset == WAL_WRITE_LOCK_SLOT && (flags & SQLITE_SHM_UNLOCK) && (flags & SQLITE_SHM_EXCLUSIVE) && f->wal) dropGathered(f->wal);
   return f->real->pMethods->xShmLock(f->real, offset, n, flags);
 }
 

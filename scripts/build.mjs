@@ -5,7 +5,8 @@
  *   node scripts/build.mjs              everything: server bundle, server declarations, client package
  *   node scripts/build.mjs server       only the server bundle (about a second)
  *   node scripts/build.mjs native       only the SQLite WAL library (dist/walcoalesce.so)
- *   node scripts/build.mjs --if-stale   the server bundle, the WAL library and the client package,
+ *   node scripts/build.mjs console      only the operator console (dist/console, served at /console)
+ *   node scripts/build.mjs --if-stale   the server bundle, the WAL library, the console and the client package,
  *                                       each only when one of its inputs changed since it was
  *                                       built (`npm start`, the test set-up, the bench and the soak)
  *   node scripts/build.mjs --prepare    npm's `prepare` (npm ci, npm pack): everything, or, when the
@@ -25,8 +26,12 @@
  * native/walcoalesce.c is compiled with the machine's C compiler (`cc`, or $CC) against the
  * SQLite headers better-sqlite3 ships, into dist/walcoalesce.so (.dylib on macOS): the VFS
  * the service loads so a commit's WAL frames leave in one write
- * (docs/decisions/010-gathered-wal-writes.md). Without a compiler the build says so and goes
- * on; the service then writes the WAL as SQLite does.
+ * (docs/decisions/018-wal-writes.md). Without a compiler the build says so in one line and
+ * goes on; the service then writes the WAL as SQLite does.
+ *
+ * The operator console (console/, docs/console.md) is bundled by esbuild for the browser:
+ * Preact and the generated client from gen/ into one minified script and one stylesheet,
+ * each named by a hash of its content (served as immutable), and index.html naming them.
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
@@ -70,16 +75,16 @@ export async function buildServer() {
   });
   writeFileSync(SERVER_BUNDLE, await asciiBundleChecked(readFileSync(SERVER_BUNDLE, "utf8")));
   writeFileSync(INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
-  writeFileSync(THIRD_PARTY_LICENSES, thirdPartyLicenses(Object.keys(result.metafile.inputs)));
+  writeFileSync(THIRD_PARTY_LICENSES, thirdPartyLicenses("sessionstate.cjs", Object.keys(result.metafile.inputs)));
   rmSync(CODE_CACHE, { recursive: true, force: true });
   await warmCodeCache();
 }
 
 /**
- * The bundle carries code of other packages; their licences (most ask that their notice
+ * A bundle carries code of other packages; their licences (most ask that their notice
  * travel with every copy) are collected from node_modules into one text file beside it.
  */
-function thirdPartyLicenses(inputs) {
+function thirdPartyLicenses(bundle, inputs) {
   const packages = new Set();
   for (const file of inputs) {
     const m = /^node_modules\/((?:@[^/]+\/)?[^/]+)\//.exec(file);
@@ -92,7 +97,7 @@ function thirdPartyLicenses(inputs) {
     const text = licenseFile ? readFileSync(join(dir, licenseFile), "utf8").trim() : `(the package ships no licence file; its package.json: ${manifest.license ?? "none given"})`;
     return `${manifest.name}@${manifest.version} (${manifest.license ?? "unknown"})\n\n${text}\n`;
   });
-  return `The packages inlined in sessionstate.cjs, with their licences.\n\n${sections.join("\n" + "-".repeat(72) + "\n\n")}`;
+  return `The packages inlined in ${bundle}, with their licences.\n\n${sections.join("\n" + "-".repeat(72) + "\n\n")}`;
 }
 
 /**
@@ -149,10 +154,13 @@ async function warmCodeCache() {
 }
 
 /**
- * Compiles the WAL library. A missing compiler (or a failed compile) is reported and leaves
- * no library behind: the service runs without it (`--wal-writes` falls back to direct).
+ * Compiles the WAL library, and says how that went in one line. Without a compiler, or when
+ * the compile fails, no library is left behind and the build goes on: the service then writes
+ * the WAL as SQLite does (`--wal-writes` falls back to direct, and its start-up log says why).
+ * Resolves with whether the library was built.
  */
 export async function buildNative() {
+  const started = performance.now();
   mkdirSync(DIST, { recursive: true });
   rmSync(NATIVE_LIBRARY, { force: true });
   const headers = join(ROOT, "node_modules/better-sqlite3/deps/sqlite3");
@@ -163,13 +171,21 @@ export async function buildNative() {
     let stderr = "";
     const child = spawn(cc, args, { cwd: ROOT, stdio: ["ignore", "ignore", "pipe"] });
     child.stderr.on("data", (chunk) => (stderr += chunk));
-    child.once("error", (err) => resolve(`${cc} could not run (${err.message})`));
-    child.once("exit", (code) => resolve(code === 0 ? undefined : `${cc} exited with ${code}: ${stderr.trim()}`));
+    child.once("error", (err) => resolve(err.code === "ENOENT" ? `no C compiler: ${cc} not found` : `${cc} could not run: ${err.message}`));
+    child.once("exit", (code) => {
+      const first = stderr.trim().split("\n").find((line) => /error/i.test(line)) ?? stderr.trim().split("\n")[0] ?? "";
+      resolve(code === 0 ? undefined : `${cc} exited with ${code}${first ? `: ${first.trim()}` : ""}`);
+    });
   });
   if (failure) {
     rmSync(NATIVE_LIBRARY, { force: true });
-    process.stderr.write(`build: warning: the SQLite WAL library was not built — ${failure}; the service will write the WAL directly (slower commits)\n`);
+    process.stderr.write(
+      `build: warning: SQLite WAL library not built (${failure}); the service will write the WAL directly (--wal-writes direct). Install a C compiler and run \`npm run build -- native\` for gathered writes\n`,
+    );
+    return false;
   }
+  process.stderr.write(`build: WAL library ${relative(ROOT, NATIVE_LIBRARY)} (${Math.round(performance.now() - started)} ms)\n`);
+  return true;
 }
 
 /** Whether the WAL library is missing or older than its source (a failed compile is tried again). */
@@ -213,6 +229,60 @@ function clientInputs() {
 export function clientStale() {
   if (!existsSync(CLIENT_STAMP) || !existsSync(join(CLIENT_DIST, "src/client/index.js"))) return true;
   return changedSince(statSync(CLIENT_STAMP).mtimeMs, clientInputs());
+}
+
+const CONSOLE_DIST = join(DIST, "console");
+const CONSOLE_INPUTS = join(DIST, "console.inputs.json");
+/** What the console's files are made from besides the bundle's own inputs. */
+const CONSOLE_FILES = ["console/index.html", "console/style.css", ...BUILD_FILES];
+
+/** Bundles the console into dist/console (index.html and hashed assets); returns the gzipped size of what a browser loads. */
+export async function buildConsole() {
+  const { build } = await import("esbuild");
+  const { gzipSync } = await import("node:zlib");
+  rmSync(CONSOLE_DIST, { recursive: true, force: true });
+  const assets = join(CONSOLE_DIST, "assets");
+  const result = await build({
+    absWorkingDir: ROOT,
+    entryPoints: { console: "console/src/main.tsx", style: "console/style.css" },
+    bundle: true,
+    format: "esm",
+    platform: "browser",
+    target: ["es2022", "chrome111", "firefox115", "safari16"],
+    jsx: "automatic",
+    jsxImportSource: "preact",
+    minify: true,
+    sourcemap: "linked",
+    entryNames: "[name]-[hash]",
+    outdir: assets,
+    metafile: true,
+    logLevel: "error",
+    legalComments: "linked",
+    // The page needs no Node built-ins; anything that reaches for one is a mistake.
+    define: { "process.env.NODE_ENV": '"production"' },
+  });
+  const outputs = Object.keys(result.metafile.outputs).map((f) => relative(assets, join(ROOT, f)));
+  const js = outputs.find((f) => f.startsWith("console-") && f.endsWith(".js"));
+  const css = outputs.find((f) => f.startsWith("style-") && f.endsWith(".css"));
+  if (!js || !css) throw new Error(`the console build made no script or stylesheet (${outputs.join(", ")})`);
+  const html = readFileSync(join(ROOT, "console/index.html"), "utf8").replace("%JS%", js).replace("%CSS%", css);
+  writeFileSync(join(CONSOLE_DIST, "index.html"), html);
+  writeFileSync(CONSOLE_INPUTS, JSON.stringify(Object.keys(result.metafile.inputs).sort(), null, 1) + "\n");
+  writeFileSync(join(CONSOLE_DIST, "licenses.txt"), thirdPartyLicenses("the console's script", Object.keys(result.metafile.inputs)));
+  const gzipped = [js, css].reduce((n, f) => n + gzipSync(readFileSync(join(assets, f)), { level: 9 }).length, 0) + gzipSync(html).length;
+  return gzipped;
+}
+
+/** Whether the console is missing or older than any file it was made from. */
+export function consoleStale() {
+  const index = join(CONSOLE_DIST, "index.html");
+  if (!existsSync(index) || !existsSync(CONSOLE_INPUTS)) return true;
+  return changedSince(statSync(index).mtimeMs, [...JSON.parse(readFileSync(CONSOLE_INPUTS, "utf8")), ...CONSOLE_FILES]);
+}
+
+async function consoleStep() {
+  const bytes = await buildConsole();
+  process.stderr.write(`build: console is ${(bytes / 1024).toFixed(1)} KiB gzipped (script, stylesheet and page)\n`);
 }
 
 function tsc(project) {
@@ -267,15 +337,16 @@ async function main(args) {
     process.stderr.write(`build: ${name} (${Math.round(performance.now() - t0)} ms)\n`);
   };
   if (args.includes("--if-stale")) {
-    if (nativeStale()) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
+    if (nativeStale()) await buildNative();
     await Promise.all([
       serverStale() && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
       clientStale() && step(`client package ${relative(ROOT, CLIENT_DIST)}`, buildClient),
+      consoleStale() && step(`console ${relative(ROOT, CONSOLE_DIST)}`, consoleStep),
     ]);
     return;
   }
   const only = args.filter((a) => !a.startsWith("-"));
-  const known = ["native", "server", "types", "client"];
+  const known = ["native", "server", "types", "client", "console"];
   const unknown = only.filter((a) => !known.includes(a));
   if (unknown.length > 0) {
     process.stderr.write(`build: unknown part(s) ${unknown.join(", ")}; parts: ${known.join(", ")}\n`);
@@ -283,12 +354,13 @@ async function main(args) {
   }
   const parts = only.length > 0 ? only : known;
   // The bundle's first start (its code cache) already runs with the library.
-  if (parts.includes("native")) await step(`WAL library ${relative(ROOT, NATIVE_LIBRARY)}`, buildNative);
+  if (parts.includes("native")) await buildNative();
   // The two tsc runs are independent of the bundle and of each other: in parallel.
   await Promise.all([
     parts.includes("server") && step(`server bundle ${relative(ROOT, SERVER_BUNDLE)}`, buildServer),
     parts.includes("types") && step("server declarations dist/types", buildDeclarations),
     parts.includes("client") && step("client package packages/client/dist", buildClient),
+    parts.includes("console") && step(`console ${relative(ROOT, CONSOLE_DIST)}`, consoleStep),
   ]);
   process.stderr.write(`build: done in ${Math.round(performance.now() - started)} ms\n`);
 }

@@ -29,6 +29,7 @@ import { createLogger } from "../src/server/logger.js";
 import { POLICY } from "../src/server/auth/policy.js";
 import { generateSecret, hashSecret, TokenFile } from "../src/server/auth/tokens.js";
 import { PRODUCT_SERVICES } from "../src/server/routes.js";
+import { AdminService } from "../gen/sessionstate/v1/admin_pb.js";
 import { clientsFor, PROTOCOLS, startTestServer, tempDir, transportFor, type Protocol, type TestServer } from "./support/harness.js";
 
 /** The callers with a token. "gateway" acts for agent main; "foreign gateway" for agent ops. */
@@ -168,6 +169,17 @@ fixtures(DeliveryService, {
   reserveDelivery: { request: { operationId: "auth-op", session: MAIN, conversationRef: "conv" }, allowed: ACT },
   completeDelivery: { request: { agentId: "main", operationId: "auth-op", outcome: DeliveryState.CANCELED }, allowed: ACT },
   listPendingDeliveries: { request: { agentIds: ["main"] }, allowed: ACT },
+});
+
+// The operator's view reads only; a listing names its agents, counters reach every agent.
+fixtures(AdminService, {
+  whoAmI: { request: {}, allowed: [...READ, "foreign gateway"] },
+  listCursors: { request: { agentIds: ["main"] }, allowed: READ },
+  getInboxBacklog: { request: { session: MAIN }, allowed: READ },
+  listStreams: { request: { agentIds: ["main"] }, allowed: READ },
+  listLeaders: { request: {}, allowed: [...READ, "foreign gateway"] },
+  getCounters: { request: {}, allowed: ["admin", "reader"] },
+  watchActivity: { request: { agentIds: ["main"] }, allowed: READ },
 });
 
 // ---- Calling any method generically ------------------------------------------------------------

@@ -47,12 +47,12 @@ afterAll(() => dir?.remove());
 
 describe("the packed server", () => {
   it("carries the built server, its licences, the deployment files and the docs; no sources, tests or native builds of this machine", () => {
-    for (const file of ["package.json", "README.md", "bin/sessionstate.js", "dist/sessionstate.cjs", "dist/sessionstate.cjs.map", "dist/sessionstate.cjs.licenses.txt"]) {
+    for (const file of ["package.json", "README.md", "bin/sessionstate.js", "dist/sessionstate.cjs", "dist/sessionstate.cjs.map", "dist/sessionstate.cjs.licenses.txt", "dist/console/index.html", "dist/console/licenses.txt"]) {
       expect(packedFiles).toContain(file);
     }
     for (const file of ["deploy/Dockerfile", "deploy/sessionstate.service", "docs/deployment.md", "docs/configuration.md"]) expect(packedFiles).toContain(file);
     const stray = packedFiles.filter(
-      (f) => !/^(package\.json|README\.md|bin\/sessionstate\.js|dist\/sessionstate\.cjs(\.map|\.LEGAL\.txt|\.licenses\.txt)?|deploy\/[^/]+|docs\/.+\.md)$/.test(f),
+      (f) => !/^(package\.json|README\.md|bin\/sessionstate\.js|dist\/sessionstate\.cjs(\.map|\.LEGAL\.txt|\.licenses\.txt)?|dist\/console\/.+|deploy\/[^/]+|docs\/.+\.md)$/.test(f),
     );
     expect(stray).toEqual([]);
   });
@@ -60,14 +60,15 @@ describe("the packed server", () => {
   it("depends only on better-sqlite3, the one package the bundle loads at run time", () => {
     expect(Object.keys(rootPackage.dependencies)).toEqual(["better-sqlite3"]);
     const bundle = readFileSync(join(ROOT, "dist/sessionstate.cjs"), "utf8");
-    const required = new Set([...bundle.matchAll(/\brequire\("([^"]+)"\)/g)].map((m) => m[1]!));
+    // Calls, not the text of one that ajv writes into code it generates (quoted there).
+    const required = new Set([...bundle.matchAll(/(?<!['"`])\brequire\("([^"]+)"\)/g)].map((m) => m[1]!));
     const builtin = new Set(builtinModules.flatMap((m) => [m, `node:${m}`]));
     // pg-native: node-postgres loads it only when asked for its native bindings, which the service never is.
     const external = [...required].filter((name) => !builtin.has(name) && name !== "pg-native");
     expect(external).toEqual(["better-sqlite3"]);
     // Every inlined package's licence travels with the bundle.
     const licences = readFileSync(join(ROOT, "dist/sessionstate.cjs.licenses.txt"), "utf8");
-    for (const name of ["@connectrpc/connect", "commander", "pg", "prom-client", "re2js"]) expect(licences).toContain(`\n${name}@`);
+    for (const name of ["@connectrpc/connect", "@modelcontextprotocol/sdk", "commander", "pg", "prom-client", "re2js"]) expect(licences).toContain(`\n${name}@`);
   });
 
   describe("installed with --omit=dev into a blank folder", () => {
@@ -94,13 +95,13 @@ describe("the packed server", () => {
         .map((p) => p.slice("node_modules/".length));
       expect(top).toContain("sessionstate");
       expect(top).toContain("better-sqlite3");
-      for (const inlined of ["@connectrpc/connect", "@bufbuild/protobuf", "commander", "pg", "prom-client", "re2js", "esbuild", "typescript"]) {
+      for (const inlined of ["@connectrpc/connect", "@bufbuild/protobuf", "@modelcontextprotocol/sdk", "commander", "pg", "prom-client", "re2js", "preact", "esbuild", "typescript"]) {
         expect(top).not.toContain(inlined);
       }
       expect(existsSync(join(app, "node_modules/sessionstate/dist/walcoalesce.so"))).toBe(false);
     });
 
-    it("`npx sessionstate serve` serves there: probes, a Connect call, SIGTERM ends it with 0", { timeout: 60_000 }, async () => {
+    it("`npx sessionstate serve` serves there: probes, a Connect call, the console, SIGTERM ends it with 0", { timeout: 60_000 }, async () => {
       // npx finds the command there, and runs the version of the package.
       const { stdout: version } = await run(npm, ["exec", "--no", "--", "sessionstate", "--version"], { cwd: app });
       expect(version.trim()).toBe(rootPackage.version);
@@ -133,6 +134,9 @@ describe("the packed server", () => {
         const status = await call("StateService/GetStatus", { session });
         expect({ code: status.status, body: await status.json() }).toMatchObject({ code: 200, body: { session: { sessionKey: "agent:main:main", kind: "SESSION_KIND_MAIN" } } });
         expect(existsSync(join(app, "data/state.db"))).toBe(true);
+        // The operator console ships built in the tarball too.
+        const page = await fetch(`${url}/console`, { redirect: "follow" });
+        expect({ status: page.status, type: page.headers.get("content-type") }).toMatchObject({ status: 200, type: expect.stringContaining("text/html") });
         child.kill("SIGTERM");
         expect(await exited).toBe(0);
       } finally {

@@ -49,7 +49,7 @@ describe("parseTokenFile", () => {
     ["a gateway without agents", file([{ name: "a", role: "gateway", sha256: digest(1) }]), /^t\.json: tokens\[0\]\.agent_ids: required for role gateway/],
     ["a gateway with an empty agent list", file([{ name: "a", role: "gateway", agent_ids: [], sha256: digest(1) }]), /tokens\[0\]\.agent_ids: required for role gateway/],
     ["a bad agent id", file([{ name: "a", role: "gateway", agent_ids: ["main", "a:b"], sha256: digest(1) }]), /^t\.json: tokens\[0\]\.agent_ids\[1\]: must be 1-64 characters/],
-    ["agents on an admin", file([{ name: "a", role: "admin", agent_ids: ["main"], sha256: digest(1) }]), /^t\.json: tokens\[0\]\.agent_ids: only a gateway token has agent_ids; role admin is not scoped by agent$/],
+    ["agents on an admin", file([{ name: "a", role: "admin", agent_ids: ["main"], sha256: digest(1) }]), /^t\.json: tokens\[0\]\.agent_ids: only a gateway or reader token has agent_ids; role admin is not scoped by agent$/],
     ["a node without node_id", file([{ name: "a", role: "node", sha256: digest(1) }]), /^t\.json: tokens\[0\]\.node_id: required for role node/],
     ["node_id on a reader", file([{ name: "a", role: "reader", node_id: "n", sha256: digest(1) }]), /^t\.json: tokens\[0\]\.node_id: only a node token has node_id/],
     ["a bad created_at", file([{ name: "a", role: "admin", sha256: digest(1), created_at: "yesterday" }]), /tokens\[0\]\.created_at: must be an ISO 8601 time/],

@@ -88,6 +88,7 @@ export const SETTINGS: Setting[] = [
   { flag: "delivery-reply-max-bytes", env: "SESSIONSTATE_DELIVERY_REPLY_MAX_BYTES", description: "Largest captured reply text of a delivery operation (CompleteDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryReplyMaxBytes) },
   { flag: "max-pending-deliveries", env: "SESSIONSTATE_MAX_PENDING_DELIVERIES", description: "Most PENDING delivery operations one agent may have; a new ReserveDelivery beyond it is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxPendingDeliveries) },
   { flag: "delivery-list-max", env: "SESSIONSTATE_DELIVERY_LIST_MAX", description: "Most operations one ListPendingDeliveries page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryListMax) },
+  { flag: "max-activity-streams", env: "SESSIONSTATE_MAX_ACTIVITY_STREAMS", description: "AdminService WatchActivity streams (the console's live view) open at once; one more is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxActivityStreams) },
 ];
 
 export class ConfigError extends Error {}
@@ -182,6 +183,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     deliveryReplyMaxBytes: int("delivery-reply-max-bytes", ...DELIVERY_LIMIT_RANGES.replyMaxBytes),
     maxPendingDeliveries: int("max-pending-deliveries", ...DELIVERY_LIMIT_RANGES.maxPendingPerAgent),
     deliveryListMax: int("delivery-list-max", ...DELIVERY_LIMIT_RANGES.listMax),
+    maxActivityStreams: int("max-activity-streams", 1, 1000),
   };
 }
 

@@ -13,6 +13,7 @@ import packageJson from "../../package.json" with { type: "json" };
 import { registerClientCommands } from "./clientCommands.js";
 import { ConfigError } from "./config.js";
 import { registerDatabaseCommands } from "./database.js";
+import { registerMcp } from "./mcp.js";
 import { registerNode } from "./node.js";
 import { showUsageAfterErrors, usageOf, type Action } from "./program.js";
 import { registerServe } from "./serve.js";
@@ -34,6 +35,7 @@ export async function main(argv: string[]): Promise<number> {
   registerClientCommands(program, done);
   registerToken(program, done);
   registerNode(program, done);
+  registerMcp(program, done);
   registerDatabaseCommands(program, done);
   showUsageAfterErrors(program);
 

@@ -15,7 +15,7 @@ export function registerToken(program: Command, done: (action: Action<[]>) => Pr
     .description("Make a bearer token: print a new secret (only this once) and the token-file entry that admits it")
     .requiredOption("--name <name>", "who holds the token (shown in logs)")
     .requiredOption("--role <role>", "gateway, node, admin or reader")
-    .option("--agent <id>", "gateway: an agent whose sessions it may act for (repeat for more)", collect)
+    .option("--agent <id>", "gateway: an agent whose sessions it may act for; reader: an agent it may read, none = every agent (repeat for more)", collect)
     .option("--node <id>", "node: the node id it reports for")
     .option("--json", 'print {"secret": ..., "entry": ...} instead of the explanation', false)
     .addHelpText(
@@ -34,7 +34,7 @@ export function registerToken(program: Command, done: (action: Action<[]>) => Pr
         return 0;
       }
       const scope =
-        entry.role === "gateway" ? `, agents ${entry.agent_ids!.join(", ")}` : entry.role === "node" ? `, node ${entry.node_id}` : "";
+        entry.agent_ids !== undefined ? `, agents ${entry.agent_ids.join(", ")}` : entry.role === "node" ? `, node ${entry.node_id}` : entry.role === "reader" ? ", every agent" : "";
       process.stdout.write(
         `Token "${entry.name}" (role ${entry.role}${scope}).\n\n` +
           `Secret, shown only now: give it to the client as "Authorization: Bearer <secret>"\n` +

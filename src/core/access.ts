@@ -12,7 +12,7 @@ export interface Principal {
   /** The token's name, for logs and denial messages. */
   name: string;
   role: Role;
-  /** gateway: the agents whose sessions it may act for. Empty for other roles. */
+  /** gateway: the agents whose sessions it may act for; reader: the agents it may read (empty = every agent). Empty for other roles. */
   agentIds: readonly string[];
   /** node: the node it reports for. Undefined for other roles. */
   nodeId?: string;
@@ -82,8 +82,12 @@ export function decide(principal: Principal, demand: Demand): string | undefined
       return agentScopeDenial(`${who}, which may act for agents [${principal.agentIds.join(", ")}]`, principal.agentIds, demand);
     case "node":
       return nodeScopeDenial(`${who}, which may report for node "${principal.nodeId ?? ""}"`, principal.nodeId, demand);
-    case "admin":
     case "reader":
+      // A reader without agents reads every agent; one with agents is scoped like a gateway.
+      return principal.agentIds.length === 0
+        ? undefined
+        : agentScopeDenial(`${who}, which may read agents [${principal.agentIds.join(", ")}]`, principal.agentIds, demand);
+    case "admin":
       return undefined;
   }
 }

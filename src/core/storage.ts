@@ -33,6 +33,7 @@ import type { SearchHitRecord, SearchQuery } from "./transcript/queries.js";
 import type { LinkFilter, UpstreamLink, CheckStatus, UpstreamKind } from "./upstream/model.js";
 import type { TaskFilter, TaskRecord } from "./coordination/taskModel.js";
 import type { DeliveryRecord } from "./coordination/deliveryModel.js";
+import type { AdminRows } from "./adminRows.js";
 
 export type Awaitable<T> = T | Promise<T>;
 
@@ -125,6 +126,8 @@ export interface Tx {
   readonly messaging: MessagingRows;
   readonly tasks: TaskRows;
   readonly deliveries: DeliveryRows;
+  /** The operator's global listings (adminRows.ts). */
+  readonly admin: AdminRows;
   /**
    * Takes the per-session write locks of `sessions` (sorted, in one pass) for the rest of the
    * transaction. No-op on SQLite, where a write transaction holds the one write lock.

@@ -26,9 +26,27 @@ import { registerHealth, type HealthStatus } from "./health.js";
 import { registerReflection } from "./reflection.js";
 import { BINARY_APPEND_METHODS } from "./appendRequestWire.js";
 import type { BinaryRoutes } from "./http/rpcHandler.js";
+import { agentIdOfKey } from "../core/keys.js";
+
+/** The distinct agents of agent-qualified keys. */
+const keyAgents = (keys: readonly string[]) => [...new Set(keys.flatMap((k) => agentIdOfKey(k) ?? []))];
+
+import { AdminService } from "../../gen/sessionstate/v1/admin_pb.js";
+import { adminService, type AdminSettings } from "./services/adminService.js";
+import { listedKeys } from "./services/streamRegistry.js";
 
 /** The sessionstate.v1 services, in the order reflection lists them. */
-export const PRODUCT_SERVICES = [StateService, SessionService, WatchService, TranscriptService, UpstreamService, MessagingService, TaskService, DeliveryService] as const;
+export const PRODUCT_SERVICES = [
+  StateService,
+  SessionService,
+  WatchService,
+  TranscriptService,
+  UpstreamService,
+  MessagingService,
+  TaskService,
+  DeliveryService,
+  AdminService,
+] as const;
 
 /** The task registry and delivery operations (design §6.3, §6.4). */
 export interface CoordinationRoutes {
@@ -45,7 +63,9 @@ export function routes(
   upstream: UpstreamRouteSettings,
   messaging: Messaging,
   coordination: CoordinationRoutes,
+  admin: AdminSettings,
 ) {
+  const tracked = admin.streams;
   return (router: ConnectRouter, binary: BinaryRoutes) => {
     const state = stateService(core, tools, {
       maxBatchesInFlight: streams.maxBatchesInFlight ?? DEFAULT_MAX_STREAM_BATCHES_IN_FLIGHT,
@@ -58,12 +78,31 @@ export function routes(
     binary.rpc(BINARY_APPEND_METHODS.appendEvents, state.appendEvents);
     binary.rpc(BINARY_APPEND_METHODS.appendEventStream, state.appendEventStream);
     router.service(SessionService, sessionService(core, tools, logger));
-    router.service(WatchService, watchService(core, streams));
+    // The long-lived streams are listed by AdminService/ListStreams.
+    const watch = watchService(core, streams);
+    router.service(WatchService, {
+      ...watch,
+      streamNotices: tracked.serverStream(
+        "notices",
+        (req) => ({ selects: req.agentId || listedKeys(req.watcherSessionKeys), agentIds: req.agentId ? [req.agentId] : keyAgents(req.watcherSessionKeys) }),
+        watch.streamNotices,
+      ),
+    });
     router.service(TranscriptService, transcriptService(tools));
-    router.service(UpstreamService, upstreamService(upstream));
-    router.service(MessagingService, messagingService(core, messaging, streams));
+    const upstreamImpl = upstreamService(upstream);
+    router.service(UpstreamService, { ...upstreamImpl, connectNode: tracked.bidiStream("node", upstreamImpl.connectNode) });
+    const messagingImpl = messagingService(core, messaging, streams);
+    router.service(MessagingService, {
+      ...messagingImpl,
+      streamInbox: tracked.serverStream(
+        "inbox",
+        (req) => ({ selects: req.agentId || listedKeys(req.sessionKeys), agentIds: req.agentId ? [req.agentId] : keyAgents(req.sessionKeys) }),
+        messagingImpl.streamInbox,
+      ),
+    });
     router.service(TaskService, taskService(coordination.tasks));
     router.service(DeliveryService, deliveryService(coordination.deliveries));
+    router.service(AdminService, adminService(core, admin));
     registerHealth(router, health);
     registerReflection(router, [...PRODUCT_SERVICES]);
   };

@@ -34,6 +34,8 @@ import { ServerMetrics } from "./http/metrics.js";
 import { StorageHealth, storageGate } from "./storageHealth.js";
 import { DEFAULT_MAX_STREAM_EVENTS_IN_FLIGHT, StreamAdmission } from "./streamAdmission.js";
 import { UpstreamLoop } from "./upstream/monitorLoop.js";
+import { StreamRegistry } from "./services/streamRegistry.js";
+import { createConsole, defaultConsoleDir, loadConsole } from "./http/console.js";
 import { NodeHub } from "./upstream/nodeHub.js";
 import { DEFAULT_SKIM_BUDGET_BYTES } from "../upstream/scanner.js";
 
@@ -144,6 +146,10 @@ export interface ServerOptions {
   maxPendingDeliveries?: number;
   /** Most operations one ListPendingDeliveries page holds; default 1000. */
   deliveryListMax?: number;
+  /** The built operator console served at /console; default dist/console. */
+  consoleDir?: string;
+  /** AdminService/WatchActivity streams open at once (the console's live view); default 16. */
+  maxActivityStreams?: number;
 }
 
 export interface RunningServer {
@@ -191,6 +197,7 @@ export const DEFAULTS = {
   deliveryReplyMaxBytes: DEFAULT_DELIVERY_LIMITS.replyMaxBytes,
   maxPendingDeliveries: DEFAULT_DELIVERY_LIMITS.maxPendingPerAgent,
   deliveryListMax: DEFAULT_DELIVERY_LIMITS.listMax,
+  maxActivityStreams: 16,
 } as const;
 
 export async function startServer(options: ServerOptions = {}): Promise<RunningServer> {
@@ -315,7 +322,23 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       bufferCapacity: options.streamBufferCapacity ?? DEFAULTS.streamBufferCapacity,
       maxBatchesInFlight: options.maxStreamBatchesInFlight ?? DEFAULTS.maxStreamBatchesInFlight,
       admission: streamAdmission,
-    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }),
+    }, health, tools, logger, { monitor, hub: nodes, intervalMs: upstreamIntervalMs, clock, logger, storage: storageHealth }, messaging, { tasks, deliveries }, {
+      startedAt: core.now(),
+      maxActivityStreams: options.maxActivityStreams ?? DEFAULTS.maxActivityStreams,
+      heartbeatMs: options.heartbeatMs ?? DEFAULTS.heartbeatMs,
+      streams: new StreamRegistry(),
+      counters: async () => {
+        // The counters /metrics exports, read from its registry.
+        const value = async (name: string) => (await metrics.registry.getSingleMetric(name)?.get())?.values[0]?.value ?? 0;
+        const [eventsAppended, noticesQueued, noticesDelivered] = await Promise.all(
+          ["sessionstate_events_appended_total", "sessionstate_notices_queued_total", "sessionstate_notices_delivered_total"].map(value),
+        );
+        return { eventsAppended, noticesQueued, noticesDelivered };
+      },
+      subscriberCount: () => core.notices.subscriberCount + messaging.inbox.subscriberCount,
+      nodesConnected: () => nodes.connections().length,
+      backend: storage.backend,
+    }),
     // Binary append requests become typed before authorization reads their events (appendRequestWire.ts).
     interceptors: [errorMapping(logger, storageHealth), readAppendRequests()],
     // The storage gate runs after authorization, so only an authorized caller learns of the damage.
@@ -339,6 +362,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => storage.ping() },
     metrics,
     metricsListener: options.metricsListener,
+    console: createConsole(loadConsole(options.consoleDir ?? defaultConsoleDir())),
     logger,
   }).catch(closeAnd(core));
   metrics.observeService({

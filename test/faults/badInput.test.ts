@@ -612,6 +612,10 @@ const ROUTE = { channel: "telegram", to: "u1", accountId: "a1", threadId: "th1" 
  * list of messages. An RPC without an entry is fuzzed from an empty request.
  */
 const VALID_REQUESTS: Record<string, Json | Json[]> = {
+  "sessionstate.v1.AdminService/GetInboxBacklog": { session: FUZZ_MAIN },
+  "sessionstate.v1.AdminService/ListCursors": { agentIds: ["fuzz"] },
+  "sessionstate.v1.AdminService/ListStreams": { agentIds: ["fuzz"] },
+  "sessionstate.v1.AdminService/WatchActivity": { agentIds: ["fuzz"] },
   // A refused batch is answered in the stream (its error field), not as the call's code; an
   // internal error would still show in the server's log, which the fuzz checks.
   "sessionstate.v1.StateService/AppendEventStream": [

@@ -9,9 +9,10 @@ import { createHash } from "node:crypto";
 import pg from "pg";
 import type { Leadership, SingletonJob } from "../storage.js";
 import { LOCK_CLASS } from "./schema.js";
+import { replicaName } from "../replicaName.js";
 
 /** The lock of one job in one schema (the second key of the two-key advisory lock). */
-function jobLock(scope: string): number {
+export function jobLockKey(scope: string): number {
   return createHash("sha1").update(scope).digest().readInt32BE(0);
 }
 
@@ -31,7 +32,7 @@ export class AdvisoryLeadership implements Leadership {
     private readonly job: SingletonJob,
     private readonly log?: Log,
   ) {
-    this.lockKey = jobLock(scope);
+    this.lockKey = jobLockKey(scope);
   }
 
   async isLeader(): Promise<boolean> {
@@ -54,7 +55,8 @@ export class AdvisoryLeadership implements Leadership {
 
   private async connection(): Promise<pg.Client> {
     if (this.client) return this.client;
-    const client = new pg.Client({ connectionString: this.connectionString, connectionTimeoutMillis: 5000 });
+    // Named after this process, so the operator's view can tell which replica holds the lock.
+    const client = new pg.Client({ connectionString: this.connectionString, connectionTimeoutMillis: 5000, application_name: replicaName() });
     client.on("error", (err) => this.drop(err));
     await client.connect();
     this.client = client;

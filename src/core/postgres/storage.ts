@@ -32,6 +32,7 @@ import { PgTaskRows } from "./taskRows.js";
 import { PgDeliveryRows } from "./deliveryRows.js";
 import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
+import { PgAdminRows } from "./adminRows.js";
 import { channelName, NoticeChannel, wakeupPayload } from "./notifications.js";
 import { PgRegistryRows } from "./registryRows.js";
 import { migrate } from "./schema.js";
@@ -92,6 +93,7 @@ class PgTx implements Tx {
   readonly messaging;
   readonly tasks;
   readonly deliveries;
+  readonly admin;
   /** Topic → keys announced in this transaction (sent with NOTIFY when it commits). */
   readonly wake = new Map<string, Set<string>>();
   private readonly locked = new Set<bigint>();
@@ -107,6 +109,7 @@ class PgTx implements Tx {
     this.messaging = new PgMessagingRows(c);
     this.tasks = new PgTaskRows(c);
     this.deliveries = new PgDeliveryRows(c);
+    this.admin = new PgAdminRows(c);
   }
 
   async lock(sessions: readonly SessionId[]): Promise<void> {

@@ -23,6 +23,7 @@ import type { IntegrityReport, Leadership, Storage, StorageLog, Tx, WriteOptions
 import { SqliteInboxRows, SqliteMessagingRows } from "./coordinationRows.js";
 import { SqliteTaskRows } from "./taskRows.js";
 import { SqliteDeliveryRows } from "./deliveryRows.js";
+import { SqliteAdminRows } from "./adminRows.js";
 import { SqliteCursorRows } from "./cursorRows.js";
 import { SqliteRegistryRows } from "./registryRows.js";
 import { SqliteSettingsRows } from "./settingsRows.js";
@@ -162,6 +163,7 @@ export class SqliteStorage implements Storage {
       messaging: new SqliteMessagingRows(db),
       tasks: new SqliteTaskRows(db),
       deliveries: new SqliteDeliveryRows(db),
+      admin: new SqliteAdminRows(db),
       lock: () => {},
       announce: () => {},
     };

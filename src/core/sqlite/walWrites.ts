@@ -1,11 +1,12 @@
 /**
  * How commits reach the WAL file. SQLite writes each frame of a commit with two write calls
- * (its header, then the page); under many small commits those calls were most of what a
- * COMMIT cost (docs/decisions/010-gathered-wal-writes.md). `gathered` (the default) loads walcoalesce
- * (native/walcoalesce.c, compiled into dist/ by the build), a VFS that hands a commit's
- * frames to the file system in one call, in the same order and before SQLite publishes them,
- * so readers, the checkpointer and crash recovery see exactly what they saw before.
- * `direct` leaves SQLite's own VFS in place.
+ * (its header, then the page); under many small commits those calls are a good part of what
+ * a COMMIT costs (docs/decisions/018-wal-writes.md). `gathered` (the default) loads
+ * walcoalesce (native/walcoalesce.c, compiled into dist/ by the build), a VFS that hands a
+ * commit's frames to the file system in one call, in the same order and before SQLite
+ * publishes them, so readers, the checkpointer and crash recovery see exactly what they saw
+ * before, and a commit whose write failed never reaches the file. `direct` leaves SQLite's
+ * own VFS in place.
  *
  * The VFS becomes the process's default for every connection opened after it, so the choice
  * is made once per process: once gathered, always gathered.

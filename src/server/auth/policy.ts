@@ -44,6 +44,7 @@ import { UpstreamService } from "../../../gen/sessionstate/v1/upstream_pb.js";
 import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { TaskService } from "../../../gen/sessionstate/v1/task_pb.js";
 import { DeliveryService } from "../../../gen/sessionstate/v1/delivery_pb.js";
+import { AdminService } from "../../../gen/sessionstate/v1/admin_pb.js";
 import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
 import { agentIdOfKey, checkAgentId, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
@@ -258,6 +259,20 @@ const deliveryRules = serviceRules(DeliveryService, {
   listPendingDeliveries: { access: "act", agents: (req) => req.agentIds.map((a, i) => checkAgentId(`agent_ids[${i}]`, a)) },
 });
 
+// The operator's view reads only. A listing names the agents it reads (`agent_ids`), none =
+// every agent; process-wide figures (counters) reach every agent; who the caller is and who
+// leads a job belong to no agent.
+const adminAgents = (req: { agentIds: string[] }): AgentTargets => (req.agentIds.length === 0 ? EVERY_AGENT : req.agentIds);
+const adminRules = serviceRules(AdminService, {
+  whoAmI: { access: "read", agents: () => [], agentless: true },
+  listCursors: { access: "read", agents: adminAgents },
+  getInboxBacklog: { access: "read", agents: (req) => [sessionAgent("session", req.session)] },
+  listStreams: { access: "read", agents: adminAgents },
+  listLeaders: { access: "read", agents: () => [], agentless: true },
+  getCounters: { access: "read", agents: () => EVERY_AGENT },
+  watchActivity: { access: "read", agents: adminAgents },
+});
+
 /** Every RPC's rule, keyed by full method name. A new service adds its `serviceRules(...)` here. */
 export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...stateRules,
@@ -268,4 +283,5 @@ export const POLICY: ReadonlyMap<string, MethodRule> = new Map([
   ...messagingRules,
   ...taskRules,
   ...deliveryRules,
+  ...adminRules,
 ]);

@@ -10,7 +10,8 @@
  *         { "name": "gw-main", "role": "gateway", "agent_ids": ["main"], "sha256": "<64 hex>" },
  *         { "name": "node-a", "role": "node", "node_id": "node-a", "sha256": "<64 hex>" },
  *         { "name": "ops", "role": "admin", "sha256": "<64 hex>" },
- *         { "name": "dash", "role": "reader", "sha256": "<64 hex>", "created_at": "2025-01-01T00:00:00Z" } ] }
+ *         { "name": "dash", "role": "reader", "sha256": "<64 hex>", "created_at": "2025-01-01T00:00:00Z" },
+ *         { "name": "ops-dash", "role": "reader", "agent_ids": ["ops"], "sha256": "<64 hex>" } ] }
  */
 import { createHash, randomBytes, timingSafeEqual } from "node:crypto";
 import { readFileSync } from "node:fs";
@@ -133,15 +134,13 @@ export function checkEntry(raw: unknown, at: string, fail: (where: string, messa
   }
   if (role === "gateway") {
     if (!Array.isArray(agentIds) || agentIds.length === 0) fail(`${at}.agent_ids`, "required for role gateway: the agents it may act for");
-    (agentIds as unknown[]).forEach((a, j) => {
-      try {
-        checkAgentId(`${at}.agent_ids[${j}]`, typeof a === "string" ? a : "");
-      } catch (err) {
-        fail(`${at}.agent_ids[${j}]`, err instanceof DomainError ? err.message.replace(/^[^:]*: /, "") : String(err));
-      }
-    });
+    checkAgentIds(agentIds as unknown[], at, fail);
+  } else if (role === "reader" && agentIds !== undefined) {
+    // Optional for a reader: the agents it may read (absent = every agent).
+    if (!Array.isArray(agentIds) || agentIds.length === 0) fail(`${at}.agent_ids`, "for role reader, leave it out (every agent) or list the agents it may read");
+    checkAgentIds(agentIds as unknown[], at, fail);
   } else if (agentIds !== undefined) {
-    fail(`${at}.agent_ids`, `only a gateway token has agent_ids; role ${String(role)} is not scoped by agent`);
+    fail(`${at}.agent_ids`, `only a gateway or reader token has agent_ids; role ${String(role)} is not scoped by agent`);
   }
   if (role === "node") {
     if (typeof nodeId !== "string" || !NODE_ID.test(nodeId)) {
@@ -154,6 +153,16 @@ export function checkEntry(raw: unknown, at: string, fail: (where: string, messa
     fail(`${at}.created_at`, "must be an ISO 8601 time when given");
   }
   return raw as unknown as TokenEntry;
+}
+
+function checkAgentIds(agentIds: unknown[], at: string, fail: (where: string, message: string) => never): void {
+  agentIds.forEach((a, j) => {
+    try {
+      checkAgentId(`${at}.agent_ids[${j}]`, typeof a === "string" ? a : "");
+    } catch (err) {
+      fail(`${at}.agent_ids[${j}]`, err instanceof DomainError ? err.message.replace(/^[^:]*: /, "") : String(err));
+    }
+  });
 }
 
 /**

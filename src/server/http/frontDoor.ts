@@ -2,7 +2,7 @@
  * The front door: everything between a TCP socket and the Connect handlers, plus the
  * operations endpoints. One port (HTTP/2 and HTTP/1.1, sniffed in cleartext, ALPN with TLS)
  * whose every request goes, in order, through:
- *   CORS (a preflight is answered there) → /healthz, /readyz, /metrics → the RPC paths → 404.
+ *   CORS (a preflight is answered there) → /healthz, /readyz, /metrics → /console → the RPC paths → 404.
  * Around the RPCs: authorization from the headers, request-body limits, the per-RPC log line
  * and metrics (rpcHandler.ts); around the connections: the handshake and idle limits
  * (connections.ts). Optionally a second listener serves only the probes and /metrics.
@@ -59,6 +59,8 @@ export interface FrontDoorOptions {
   corsOrigins: readonly string[];
   readiness: Readiness;
   metrics: ServerMetrics;
+  /** The operator console's static files under /console (console.ts); absent = none. */
+  console?: Part;
   /** Serve the probes and /metrics here (without a token) instead of on the main port. */
   metricsListener?: { host: string; port: number };
   logger: Logger;
@@ -118,6 +120,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       ...cors,
       // /metrics here only without a listener of its own (and then, with tokens, for a reader or admin token).
       createProbes({ readiness: options.readiness, metrics: options.metricsListener ? undefined : metrics, tokens, logger }),
+      ...(options.console ? [options.console] : []),
       rpc,
     ]),
   });

@@ -65,6 +65,10 @@ async function metrics(options: ProbeOptions, req: Req, res: Res): Promise<void>
     if (role !== "reader" && role !== "admin") {
       return text(res, 403, `token "${name}" has role ${role}; GET /metrics needs a token with role reader or admin\n`);
     }
+    // The figures cover every agent: a reader scoped to some agents may not read them.
+    if (credentials.principal.agentIds.length > 0) {
+      return text(res, 403, `token "${name}" has role ${role}, which may read agents [${credentials.principal.agentIds.join(", ")}]; GET /metrics covers every agent and needs an unscoped reader or admin token\n`);
+    }
   }
   try {
     const { contentType, body } = await options.metrics!.render();

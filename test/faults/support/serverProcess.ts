@@ -84,6 +84,8 @@ export interface StartOptions {
   readyTimeoutMs?: number;
   /** Ready when health answers SERVING (default), or when it answers at all ("answering"). */
   readyWhen?: "serving" | "answering";
+  /** More environment variables for the process (on top of this one's). */
+  env?: Record<string, string>;
 }
 
 export async function startServerProcess(options: StartOptions): Promise<ServerProcess> {
@@ -106,7 +108,7 @@ async function startOnPort(options: StartOptions & { port: number }): Promise<Se
   const child = spawn(
     process.execPath,
     [LAUNCHER, "serve", "--port", String(options.port), "--db", options.db, "--log-level", "warn", ...(options.args ?? [])],
-    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] },
+    { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"], env: options.env ? { ...process.env, ...options.env } : undefined },
   );
   live.add(child);
   let output = "";
