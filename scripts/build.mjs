@@ -35,7 +35,7 @@
  *
  * Plain JavaScript on purpose: it runs before anything is compiled, with no loader.
  */
-import { spawn } from "node:child_process";
+import { spawn, spawnSync } from "node:child_process";
 import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createRequire } from "node:module";
 import { tmpdir } from "node:os";
@@ -67,6 +67,8 @@ export async function buildServer() {
     target: "node20",
     // Native: loaded from node_modules at run time.
     external: ["better-sqlite3"],
+    // src/server/buildInfo.ts: what /metrics and the start-up log say was built.
+    define: { "process.env.SESSIONSTATE_BUILD_COMMIT": JSON.stringify(buildCommit()) },
     outfile: SERVER_BUNDLE,
     sourcemap: "linked",
     metafile: true,
@@ -78,6 +80,15 @@ export async function buildServer() {
   writeFileSync(THIRD_PARTY_LICENSES, thirdPartyLicenses("sessionstate.cjs", Object.keys(result.metafile.inputs)));
   rmSync(CODE_CACHE, { recursive: true, force: true });
   await warmCodeCache();
+}
+
+/** The checkout's commit (12 hex digits, "-dirty" with uncommitted changes to tracked files), or "" outside git. */
+function buildCommit() {
+  const git = (...args) => spawnSync("git", args, { cwd: ROOT, encoding: "utf8" });
+  const head = git("rev-parse", "--short=12", "HEAD");
+  if (head.status !== 0) return "";
+  const dirty = git("status", "--porcelain", "--untracked-files=no").stdout.trim() !== "";
+  return head.stdout.trim() + (dirty ? "-dirty" : "");
 }
 
 /**

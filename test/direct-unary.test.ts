@@ -41,7 +41,7 @@ function goal(sessionKey: string, summary = "goal changed", dedupeKey = "") {
 
 /** What a client can see of an answer, with the sequences (which differ between sends) left out. */
 function seen(answer: RawAnswer) {
-  const { date: _date, ...headers } = answer.headers;
+  const { date: _date, "x-request-id": _requestId, ...headers } = answer.headers;
   let body = answer.body;
   if (headers["content-encoding"] === "gzip") body = gunzipSync(body);
   const decoded =

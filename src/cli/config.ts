@@ -1,6 +1,7 @@
 /**
- * Server configuration from flags and environment. A flag wins over its variable, and a
- * variable over the default. Every value is checked, with an error naming the flag.
+ * Server configuration from flags, environment and a config file (configFile.ts). A flag wins
+ * over its variable, a variable over the file, the file over the default. Every value is
+ * checked, with an error naming the flag (and where the value came from).
  */
 import { describeDatabase, isPostgresUrl } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
@@ -28,6 +29,20 @@ import { readFileSync, statSync } from "node:fs";
 import { resolve } from "node:path";
 import { createSecureContext } from "node:tls";
 import { compileRedactPattern } from "../core/transcript/redact.js";
+import type { ConfigFile } from "./configFile.js";
+
+/** The topics `serve --help` and docs/configuration.md group the settings by, in their order. */
+export const GROUPS = {
+  network: "Network",
+  auth: "Authentication",
+  storage: "Storage",
+  limits: "Request limits",
+  streams: "Streams",
+  coordination: "Coordination (messages, tasks, deliveries)",
+  upstream: "Upstream monitoring",
+  observability: "Logs and metrics",
+  configuration: "Configuration",
+} as const;
 
 export interface Setting {
   flag: string;
@@ -38,73 +53,90 @@ export interface Setting {
   boolean?: true;
 }
 
-/** The configuration table (docs/configuration.md repeats it; test/docs.test.ts checks that it does). */
-export const SETTINGS: Setting[] = [
-  { flag: "host", env: "SESSIONSTATE_HOST", description: "Interface to bind", default: DEFAULTS.host },
-  { flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
-  { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
-  { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
-  { flag: "max-spawn-depth", env: "SESSIONSTATE_MAX_SPAWN_DEPTH", description: "Deepest spawn allowed (1 = only top-level sessions spawn); a deeper SpawnSession is FAILED_PRECONDITION", default: String(DEFAULT_MAX_SPAWN_DEPTH) },
-  { flag: "max-reply-turns", env: "SESSIONSTATE_MAX_REPLY_TURNS", description: "Most replies one inter-session exchange takes (the reply loop of sessions_send) before it ends with LIMIT", default: String(DEFAULT_MAX_REPLY_TURNS) },
-  { flag: "max-send-timeout", env: "SESSIONSTATE_MAX_SEND_TIMEOUT_S", description: "Longest wait for a reply a SendToSession may ask (timeout_seconds); more is INVALID_ARGUMENT", default: String(DEFAULT_MAX_SEND_TIMEOUT_SECONDS) },
-  { flag: "max-message-bytes", env: "SESSIONSTATE_MAX_MESSAGE_BYTES", description: "Largest inter-session message or reply text (SendToSession, ReplyToMessage)", default: String(DEFAULT_MAX_MESSAGE_BYTES) },
-  { flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
-  { flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
-  { flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
-  { flag: "synchronous", env: "SESSIONSTATE_SYNCHRONOUS", description: "SQLite synchronous: normal or full", default: "normal" },
-  { flag: "wal-checkpoint", env: "SESSIONSTATE_WAL_CHECKPOINT", description: "SQLite: who folds the WAL back into the file: background (a worker thread, once writes begin) or inline (the committing connection)", default: "background" },
-  { flag: "wal-writes", env: "SESSIONSTATE_WAL_WRITES", description: "SQLite: how a commit reaches the WAL file: gathered (one write per commit, through the library the build makes; direct when it is missing) or direct (SQLite's two writes per page)", default: "gathered" },
-  { flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
-  { flag: "notice-buffer", env: "SESSIONSTATE_NOTICE_BUFFER", description: "Notices queued for one StreamNotices subscriber that does not read; beyond it its stream ends with RESOURCE_EXHAUSTED (a re-subscribe replays what is pending)", default: String(DEFAULTS.streamBufferCapacity) },
-  { flag: "max-stream-events-in-flight", env: "SESSIONSTATE_MAX_STREAM_EVENTS_IN_FLIGHT", description: "AppendEventStream: events of batches read and being handled, all streams together (at least 500, the largest batch); beyond it streams are not read until some are handled (backpressure)", default: String(DEFAULTS.maxStreamEventsInFlight) },
-  { flag: "max-stream-batches-in-flight", env: "SESSIONSTATE_MAX_STREAM_BATCHES_IN_FLIGHT", description: "AppendEventStream: batches of one stream read and not yet answered; beyond it the stream is not read (backpressure)", default: String(DEFAULTS.maxStreamBatchesInFlight) },
-  { flag: "compress-min-bytes", env: "SESSIONSTATE_COMPRESS_MIN_BYTES", description: "Smallest response message compressed (gzip or br) for a client that accepts it; smaller ones go as they are", default: String(DEFAULTS.compressMinBytes) },
-  { flag: "max-request-bytes", env: "SESSIONSTATE_MAX_REQUEST_BYTES", description: "Largest request message accepted", default: String(DEFAULTS.readMaxBytes) },
-  { flag: "log-level", env: "SESSIONSTATE_LOG_LEVEL", description: "debug, info, warn or error", default: "info" },
-  { flag: "tokens", env: "SESSIONSTATE_TOKENS", description: "Token file (hashed bearer tokens; reloaded on SIGHUP). None = no authentication, loopback only", default: "" },
-  { flag: "insecure", env: "SESSIONSTATE_INSECURE", description: "Allow a non-loopback --host without --tokens (anyone reaching the port may do anything)", default: "false", boolean: true },
-  { flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
-  { flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
-  { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
-  { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
-  { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
-  { flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
-  { flag: "upstream-skim-budget", env: "SESSIONSTATE_UPSTREAM_SKIM_BUDGET_BYTES", description: "Bytes per local link and tick the service's own scan may pass over, by a newline search, inside transcript rows whose first bytes show they are not a human turn (0 = tokenize every byte within the 1 MiB per-tick budget)", default: String(DEFAULTS.upstreamSkimBudgetBytes) },
-  { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
-  { flag: "max-streams-per-connection", env: "SESSIONSTATE_MAX_STREAMS_PER_CONNECTION", description: "Streams one HTTP/2 connection may have open at once", default: String(DEFAULTS.maxStreamsPerConnection) },
-  { flag: "http2-receive-window", env: "SESSIONSTATE_HTTP2_RECEIVE_WINDOW_BYTES", description: "HTTP/2 flow-control window opened to each client, for each stream and for the whole connection: request bytes a client may send before the server has read them (65535 = the protocol's own)", default: String(DEFAULTS.http2ReceiveWindowBytes) },
-  { flag: "max-inflight-request-bytes", env: "SESSIONSTATE_MAX_INFLIGHT_REQUEST_BYTES", description: "Bytes of request bodies held in flight across the server (beyond: RESOURCE_EXHAUSTED)", default: String(DEFAULTS.maxInflightRequestBytes) },
-  { flag: "request-body-timeout", env: "SESSIONSTATE_REQUEST_BODY_TIMEOUT_S", description: "Seconds a request body (or one message of a stream) has to arrive whole", default: String(DEFAULTS.requestBodyTimeoutMs / 1000) },
-  { flag: "max-json-depth", env: "SESSIONSTATE_MAX_JSON_DEPTH", description: "Deepest nesting of a JSON request message", default: String(DEFAULTS.maxJsonDepth) },
-  { flag: "handshake-timeout", env: "SESSIONSTATE_HANDSHAKE_TIMEOUT_S", description: "Seconds a new connection has to send the HTTP/2 preface or an HTTP/1.1 request head", default: String(DEFAULTS.handshakeTimeoutMs / 1000) },
-  { flag: "idle-timeout", env: "SESSIONSTATE_IDLE_TIMEOUT_S", description: "Seconds a connection with no request in progress stays open (0 = no limit)", default: String(DEFAULTS.idleTimeoutMs / 1000) },
-  { flag: "cors-origins", env: "SESSIONSTATE_CORS_ORIGINS", description: "Browser origins allowed by CORS, comma-separated (* = any). None = CORS off", default: "" },
-  { flag: "metrics-host", env: "SESSIONSTATE_METRICS_HOST", description: "Interface of the metrics listener (with --metrics-port)", default: "127.0.0.1" },
-  { flag: "metrics-port", env: "SESSIONSTATE_METRICS_PORT", description: "Serve /metrics on this port, without a token, instead of on the main port. None = main port", default: "" },
-  { flag: "task-summary-max-chars", env: "SESSIONSTATE_TASK_SUMMARY_MAX_CHARS", description: "Longest task summary (UpsertTask), in characters; longer is INVALID_ARGUMENT", default: String(DEFAULTS.taskSummaryMaxChars) },
-  { flag: "task-list-max", env: "SESSIONSTATE_TASK_LIST_MAX", description: "Most tasks one ListTasks page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.taskListMax) },
-  { flag: "task-recent-minutes", env: "SESSIONSTATE_TASK_RECENT_MINUTES", description: "Minutes a finished task stays recent: listed by ListTasks and counted in session_status's task context", default: String(DEFAULTS.taskRecentMinutes) },
-  { flag: "delivery-intent-max-bytes", env: "SESSIONSTATE_DELIVERY_INTENT_MAX_BYTES", description: "Largest queue intent of a delivery operation (ReserveDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryIntentMaxBytes) },
-  { flag: "delivery-reply-max-bytes", env: "SESSIONSTATE_DELIVERY_REPLY_MAX_BYTES", description: "Largest captured reply text of a delivery operation (CompleteDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryReplyMaxBytes) },
-  { flag: "max-pending-deliveries", env: "SESSIONSTATE_MAX_PENDING_DELIVERIES", description: "Most PENDING delivery operations one agent may have; a new ReserveDelivery beyond it is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxPendingDeliveries) },
-  { flag: "delivery-list-max", env: "SESSIONSTATE_DELIVERY_LIST_MAX", description: "Most operations one ListPendingDeliveries page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryListMax) },
-  { flag: "max-activity-streams", env: "SESSIONSTATE_MAX_ACTIVITY_STREAMS", description: "AdminService WatchActivity streams (the console's live view) open at once; one more is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxActivityStreams) },
+/** A setting of `serve`, under its topic. */
+export interface ServeSetting extends Setting {
+  group: keyof typeof GROUPS;
+}
+
+/**
+ * The configuration table, topic by topic (docs/configuration.md repeats it; test/docs.test.ts
+ * checks that it does).
+ */
+export const SETTINGS: ServeSetting[] = [
+  { group: "network", flag: "host", env: "SESSIONSTATE_HOST", description: "Interface to bind", default: DEFAULTS.host },
+  { group: "network", flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
+  { group: "network", flag: "tls-cert", env: "SESSIONSTATE_TLS_CERT", description: "PEM certificate chain: serve TLS (HTTP/2, and HTTP/1.1 via ALPN); needs --tls-key", default: "" },
+  { group: "network", flag: "tls-key", env: "SESSIONSTATE_TLS_KEY", description: "PEM private key for --tls-cert", default: "" },
+  { group: "network", flag: "cors-origins", env: "SESSIONSTATE_CORS_ORIGINS", description: "Browser origins allowed by CORS, comma-separated (* = any). None = CORS off", default: "" },
+  { group: "network", flag: "max-streams-per-connection", env: "SESSIONSTATE_MAX_STREAMS_PER_CONNECTION", description: "Streams one HTTP/2 connection may have open at once", default: String(DEFAULTS.maxStreamsPerConnection) },
+  { group: "network", flag: "http2-receive-window", env: "SESSIONSTATE_HTTP2_RECEIVE_WINDOW_BYTES", description: "HTTP/2 flow-control window opened to each client, for each stream and for the whole connection: request bytes a client may send before the server has read them (65535 = the protocol's own)", default: String(DEFAULTS.http2ReceiveWindowBytes) },
+  { group: "network", flag: "handshake-timeout", env: "SESSIONSTATE_HANDSHAKE_TIMEOUT_S", description: "Seconds a new connection has to send the HTTP/2 preface or an HTTP/1.1 request head", default: String(DEFAULTS.handshakeTimeoutMs / 1000) },
+  { group: "network", flag: "idle-timeout", env: "SESSIONSTATE_IDLE_TIMEOUT_S", description: "Seconds a connection with no request in progress stays open (0 = no limit)", default: String(DEFAULTS.idleTimeoutMs / 1000) },
+  { group: "auth", flag: "tokens", env: "SESSIONSTATE_TOKENS", description: "Token file (hashed bearer tokens; reloaded on SIGHUP). None = no authentication, loopback only", default: "" },
+  { group: "auth", flag: "insecure", env: "SESSIONSTATE_INSECURE", description: "Allow a non-loopback --host without --tokens (anyone reaching the port may do anything)", default: "false", boolean: true },
+  { group: "storage", flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
+  { group: "storage", flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
+  { group: "storage", flag: "synchronous", env: "SESSIONSTATE_SYNCHRONOUS", description: "SQLite synchronous: normal or full", default: "normal" },
+  { group: "storage", flag: "wal-checkpoint", env: "SESSIONSTATE_WAL_CHECKPOINT", description: "SQLite: who folds the WAL back into the file: background (a worker thread, once writes begin) or inline (the committing connection)", default: "background" },
+  { group: "storage", flag: "wal-writes", env: "SESSIONSTATE_WAL_WRITES", description: "SQLite: how a commit reaches the WAL file: gathered (one write per commit, through the library the build makes; direct when it is missing) or direct (SQLite's two writes per page)", default: "gathered" },
+  { group: "storage", flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
+  { group: "storage", flag: "migration-backup", env: "SESSIONSTATE_MIGRATION_BACKUP", description: "SQLite: copy an existing database file beside it before migrating its schema (true or false)", default: "true" },
+  { group: "storage", flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
+  { group: "storage", flag: "retention-rows", env: "SESSIONSTATE_RETENTION_ROWS", description: "Most events kept in the whole log", default: "50000" },
+  { group: "storage", flag: "prune-interval", env: "SESSIONSTATE_PRUNE_INTERVAL_S", description: "Seconds between pruning passes (0 = only at start-up)", default: "600" },
+  { group: "limits", flag: "max-request-bytes", env: "SESSIONSTATE_MAX_REQUEST_BYTES", description: "Largest request message accepted", default: String(DEFAULTS.readMaxBytes) },
+  { group: "limits", flag: "max-inflight-request-bytes", env: "SESSIONSTATE_MAX_INFLIGHT_REQUEST_BYTES", description: "Bytes of request bodies held in flight across the server (beyond: RESOURCE_EXHAUSTED)", default: String(DEFAULTS.maxInflightRequestBytes) },
+  { group: "limits", flag: "request-body-timeout", env: "SESSIONSTATE_REQUEST_BODY_TIMEOUT_S", description: "Seconds a request body (or one message of a stream) has to arrive whole", default: String(DEFAULTS.requestBodyTimeoutMs / 1000) },
+  { group: "limits", flag: "max-json-depth", env: "SESSIONSTATE_MAX_JSON_DEPTH", description: "Deepest nesting of a JSON request message", default: String(DEFAULTS.maxJsonDepth) },
+  { group: "limits", flag: "compress-min-bytes", env: "SESSIONSTATE_COMPRESS_MIN_BYTES", description: "Smallest response message compressed (gzip or br) for a client that accepts it; smaller ones go as they are", default: String(DEFAULTS.compressMinBytes) },
+  { group: "limits", flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
+  { group: "limits", flag: "max-spawn-depth", env: "SESSIONSTATE_MAX_SPAWN_DEPTH", description: "Deepest spawn allowed (1 = only top-level sessions spawn); a deeper SpawnSession is FAILED_PRECONDITION", default: String(DEFAULT_MAX_SPAWN_DEPTH) },
+  { group: "limits", flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
+  { group: "streams", flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
+  { group: "streams", flag: "notice-buffer", env: "SESSIONSTATE_NOTICE_BUFFER", description: "Notices queued for one StreamNotices subscriber that does not read; beyond it its stream ends with RESOURCE_EXHAUSTED (a re-subscribe replays what is pending)", default: String(DEFAULTS.streamBufferCapacity) },
+  { group: "streams", flag: "max-stream-events-in-flight", env: "SESSIONSTATE_MAX_STREAM_EVENTS_IN_FLIGHT", description: "AppendEventStream: events of batches read and being handled, all streams together (at least 500, the largest batch); beyond it streams are not read until some are handled (backpressure)", default: String(DEFAULTS.maxStreamEventsInFlight) },
+  { group: "streams", flag: "max-stream-batches-in-flight", env: "SESSIONSTATE_MAX_STREAM_BATCHES_IN_FLIGHT", description: "AppendEventStream: batches of one stream read and not yet answered; beyond it the stream is not read (backpressure)", default: String(DEFAULTS.maxStreamBatchesInFlight) },
+  { group: "streams", flag: "max-activity-streams", env: "SESSIONSTATE_MAX_ACTIVITY_STREAMS", description: "AdminService WatchActivity streams (the console's live view) open at once; one more is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxActivityStreams) },
+  { group: "coordination", flag: "max-reply-turns", env: "SESSIONSTATE_MAX_REPLY_TURNS", description: "Most replies one inter-session exchange takes (the reply loop of sessions_send) before it ends with LIMIT", default: String(DEFAULT_MAX_REPLY_TURNS) },
+  { group: "coordination", flag: "max-send-timeout", env: "SESSIONSTATE_MAX_SEND_TIMEOUT_S", description: "Longest wait for a reply a SendToSession may ask (timeout_seconds); more is INVALID_ARGUMENT", default: String(DEFAULT_MAX_SEND_TIMEOUT_SECONDS) },
+  { group: "coordination", flag: "max-message-bytes", env: "SESSIONSTATE_MAX_MESSAGE_BYTES", description: "Largest inter-session message or reply text (SendToSession, ReplyToMessage)", default: String(DEFAULT_MAX_MESSAGE_BYTES) },
+  { group: "coordination", flag: "task-summary-max-chars", env: "SESSIONSTATE_TASK_SUMMARY_MAX_CHARS", description: "Longest task summary (UpsertTask), in characters; longer is INVALID_ARGUMENT", default: String(DEFAULTS.taskSummaryMaxChars) },
+  { group: "coordination", flag: "task-list-max", env: "SESSIONSTATE_TASK_LIST_MAX", description: "Most tasks one ListTasks page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.taskListMax) },
+  { group: "coordination", flag: "task-recent-minutes", env: "SESSIONSTATE_TASK_RECENT_MINUTES", description: "Minutes a finished task stays recent: listed by ListTasks and counted in session_status's task context", default: String(DEFAULTS.taskRecentMinutes) },
+  { group: "coordination", flag: "delivery-intent-max-bytes", env: "SESSIONSTATE_DELIVERY_INTENT_MAX_BYTES", description: "Largest queue intent of a delivery operation (ReserveDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryIntentMaxBytes) },
+  { group: "coordination", flag: "delivery-reply-max-bytes", env: "SESSIONSTATE_DELIVERY_REPLY_MAX_BYTES", description: "Largest captured reply text of a delivery operation (CompleteDelivery); larger is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryReplyMaxBytes) },
+  { group: "coordination", flag: "max-pending-deliveries", env: "SESSIONSTATE_MAX_PENDING_DELIVERIES", description: "Most PENDING delivery operations one agent may have; a new ReserveDelivery beyond it is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxPendingDeliveries) },
+  { group: "coordination", flag: "delivery-list-max", env: "SESSIONSTATE_DELIVERY_LIST_MAX", description: "Most operations one ListPendingDeliveries page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.deliveryListMax) },
+  { group: "upstream", flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
+  { group: "upstream", flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
+  { group: "upstream", flag: "upstream-skim-budget", env: "SESSIONSTATE_UPSTREAM_SKIM_BUDGET_BYTES", description: "Bytes per local link and tick the service's own scan may pass over, by a newline search, inside transcript rows whose first bytes show they are not a human turn (0 = tokenize every byte within the 1 MiB per-tick budget)", default: String(DEFAULTS.upstreamSkimBudgetBytes) },
+  { group: "observability", flag: "log-level", env: "SESSIONSTATE_LOG_LEVEL", description: "debug, info, warn or error", default: "info" },
+  { group: "observability", flag: "metrics-host", env: "SESSIONSTATE_METRICS_HOST", description: "Interface of the metrics listener (with --metrics-port)", default: "127.0.0.1" },
+  { group: "observability", flag: "metrics-port", env: "SESSIONSTATE_METRICS_PORT", description: "Serve /metrics on this port, without a token, instead of on the main port. None = main port", default: "" },
+  { group: "configuration", flag: "config", env: "SESSIONSTATE_CONFIG", description: "A JSON file of these settings, keyed by flag name without the dashes; flags and variables win over it", default: "" },
 ];
 
 export class ConfigError extends Error {}
 
-export function serverConfig(flags: Record<string, string | boolean | undefined>, env: NodeJS.ProcessEnv): ServerOptions & { logLevel: LogLevel } {
+export function serverConfig(
+  flags: Record<string, string | boolean | undefined>,
+  env: NodeJS.ProcessEnv,
+  file?: ConfigFile,
+): ServerOptions & { logLevel: LogLevel } {
+  // An empty variable counts as unset, so `VAR= sessionstate serve` gets the next source.
+  const fromEnv = (s: Setting) => (env[s.env] === "" ? undefined : env[s.env]);
   const value = (flag: string): string => {
     const s = SETTINGS.find((x) => x.flag === flag)!;
     const given = flags[flag];
-    // An empty variable counts as unset, so `VAR= sessionstate serve` gets the default.
-    const fromEnv = env[s.env] === "" ? undefined : env[s.env];
-    return (typeof given === "boolean" ? String(given) : given) ?? fromEnv ?? s.default;
+    return (typeof given === "boolean" ? String(given) : given) ?? fromEnv(s) ?? file?.values[flag] ?? s.default;
   };
-  /** How an error names the setting: by its variable too when the value came from there. */
+  /** How an error names the setting: with the variable or the file too when the value came from there. */
   const label = (flag: string): string => {
     const s = SETTINGS.find((x) => x.flag === flag)!;
-    return flags[flag] === undefined && env[s.env] !== undefined && env[s.env] !== "" ? `${s.env} (--${flag})` : `--${flag}`;
+    if (flags[flag] !== undefined) return `--${flag}`;
+    if (fromEnv(s) !== undefined) return `${s.env} (--${flag})`;
+    if (file?.values[flag] !== undefined) return `${file.path}: "${flag}" (--${flag})`;
+    return `--${flag}`;
   };
   const int = (flag: string, min: number, max: number): number => {
     const raw = value(flag);
@@ -148,6 +180,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     retention: { maxAgeMs: int("retention-days", 1, 36500) * DAY_MS, maxRows: int("retention-rows", 1, 1_000_000_000) },
     pruneIntervalMs: int("prune-interval", 0, 86400 * 7) * 1000,
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
+    migrationBackup: oneOf("migration-backup", ["true", "false"]) === "true",
     walCheckpoint: oneOf<WalCheckpointMode>("wal-checkpoint", ["background", "inline"]),
     walWrites: oneOf<WalWrites>("wal-writes", ["gathered", "direct"]),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,

@@ -1,13 +1,16 @@
 /**
  * `sessionstate backup` and `sessionstate check`: the SQLite file, from the side, while the
  * service may be serving it (WAL lets a second, read-only connection read a consistent
- * snapshot without blocking the writer).
+ * snapshot without blocking the writer). `sessionstate restore`: the file replaced by a
+ * copy, only while no server holds it (the serve lock).
  */
 import Database from "better-sqlite3";
 import type { Command } from "commander";
 import { existsSync, renameSync, rmSync, statSync } from "node:fs";
 import { basename, dirname, join, resolve } from "node:path";
 import { describeDatabase, isPostgresUrl } from "../core/databaseName.js";
+import { acquireProcessLock, DatabaseInUseError } from "../core/sqlite/processLock.js";
+import { SCHEMA_VERSION } from "../core/sqlite/schema.js";
 import { ConfigError, SETTINGS } from "./config.js";
 import type { Action } from "./program.js";
 
@@ -15,11 +18,14 @@ const DB = SETTINGS.find((s) => s.flag === "db")!;
 const DB_HELP = `the SQLite file [env ${DB.env}; default: ${DB.default}]`;
 
 /** --db, else the variable serve reads, else serve's default: the file `serve` would use. */
-function databasePath(flag: string | undefined): string {
+function databasePath(flag: string | undefined, mustExist = true): string {
   const path = flag ?? (process.env[DB.env] || DB.default);
   if (isPostgresUrl(path)) {
-    throw new ConfigError(`--db: "${describeDatabase(path)}" is PostgreSQL; backup and check read a SQLite file (use pg_dump and PostgreSQL's own checks, see docs/deployment.md)`);
+    throw new ConfigError(
+      `--db: "${describeDatabase(path)}" is PostgreSQL; backup and check read a SQLite file, and restore writes one (use pg_dump, pg_restore and PostgreSQL's own checks, see docs/deployment.md)`,
+    );
   }
+  if (!mustExist && !existsSync(path)) return path;
   if (!existsSync(path)) throw new ConfigError(`--db: "${resolve(path)}" does not exist`);
   if (!statSync(path).isFile()) throw new ConfigError(`--db: "${resolve(path)}" is not a file`);
   return path;
@@ -77,6 +83,85 @@ function integrityOf(db: Database.Database, pragma: "integrity_check" | "quick_c
   }
 }
 
+/** A running server holds the file: restoring under it would pull the database from under its feet. */
+class DatabaseServedError extends DatabaseInUseError {
+  constructor(path: string, holderPid: number | undefined) {
+    super(path, holderPid);
+    this.message = `database "${path}" is served by a running process${holderPid ? ` (PID ${holderPid})` : ""}: stop it first (systemctl stop sessionstate, or SIGTERM), then restore; nothing was changed`;
+  }
+}
+
+interface Restored {
+  schemaVersion: number;
+  integrity: string;
+  /** Where the replaced file (and its WAL) went. */
+  replaced: string[];
+}
+
+/**
+ * Replaces the database with a copy of `source`, holding the serve lock throughout so no server
+ * starts on it meanwhile. The source is checked first (integrity, a schema this build knows),
+ * copied next to the database with SQLite's backup API (its own WAL included) as one file,
+ * and only then put in place; the file it replaces is moved aside with its WAL, named
+ * `<db>.before-restore-<time>`, and the old shared-memory index is removed. The result is
+ * checked once more (quick_check).
+ */
+async function restoreDatabase(dbPath: string, source: string, quick: boolean): Promise<Restored> {
+  const db = resolve(dbPath);
+  let lock;
+  try {
+    lock = acquireProcessLock(db);
+  } catch (err) {
+    if (err instanceof DatabaseInUseError) throw new DatabaseServedError(db, err.holderPid);
+    throw err;
+  }
+  const partial = join(dirname(db), `.${basename(db)}.restoring-${process.pid}`);
+  try {
+    const from = openReadOnly(source);
+    let schemaVersion: number;
+    try {
+      const integrity = integrityOf(from, quick ? "quick_check" : "integrity_check");
+      if (integrity !== "ok") throw new DatabaseProblem(`the copy to restore, "${resolve(source)}", failed ${quick ? "quick_check" : "integrity_check"}: ${integrity}; nothing was changed`);
+      schemaVersion = from.pragma("user_version", { simple: true }) as number;
+      if (schemaVersion > SCHEMA_VERSION) {
+        throw new ConfigError(
+          `SOURCE: "${resolve(source)}" has schema version ${schemaVersion}, newer than this build knows (${SCHEMA_VERSION}): restore it with the sessionstate version that wrote it; nothing was changed`,
+        );
+      }
+      rmSync(partial, { force: true });
+      await from.backup(partial, { progress: () => 0x7fffffff });
+    } finally {
+      from.close();
+    }
+    const copy = new Database(partial, { fileMustExist: true });
+    try {
+      copy.pragma("journal_mode = DELETE");
+    } finally {
+      copy.close();
+    }
+    const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z");
+    const aside = `${db}.before-restore-${stamp}`;
+    const replaced: string[] = [];
+    // The file and its WAL go aside together (SQLite pairs them by name), so the old state stays whole.
+    for (const suffix of ["", "-wal"]) {
+      if (!existsSync(db + suffix)) continue;
+      renameSync(db + suffix, aside + suffix);
+      replaced.push(aside + suffix);
+    }
+    rmSync(`${db}-shm`, { force: true });
+    renameSync(partial, db);
+    const restored = openReadOnly(db);
+    try {
+      return { schemaVersion, integrity: integrityOf(restored, "quick_check"), replaced };
+    } finally {
+      restored.close();
+    }
+  } finally {
+    rmSync(partial, { force: true });
+    lock.release();
+  }
+}
+
 export function checkDatabase(path: string, quick: boolean): string {
   const db = openReadOnly(path);
   try {
@@ -105,6 +190,37 @@ export function registerDatabaseCommands(program: Command, done: (action: Action
       const result = await backupDatabase(source, dest);
       process.stdout.write(
         JSON.stringify({ source: resolve(source), dest: resolve(dest), pages: result.pages, bytes: result.bytes, quickCheck: result.integrity, ms: Math.round(performance.now() - started) }) + "\n",
+      );
+      return 0;
+    }),
+  );
+
+  const restore = program
+    .command("restore")
+    .description("Replace the database with a backup copy; refused while a server holds the file")
+    .argument("<source>", "the copy to restore (a `sessionstate backup`, or a file migrations left)")
+    .option("--db <file>", DB_HELP)
+    .option("--quick", "check the copy with quick_check instead of integrity_check (faster on large files)", false)
+    .addHelpText(
+      "after",
+      "\nStop the service first: restore takes the serve lock and refuses while a server holds it. The copy is\n" +
+        "checked (integrity_check, and a schema this build knows), copied in beside the database, and only then\n" +
+        "put in place; the replaced file and its -wal are kept as <db>.before-restore-<time>, the -shm removed, and\n" +
+        "the result checked (quick_check). Exit 0: restored; 1: the copy is damaged or unreadable; 2: a usage error\n" +
+        "(no copy, a server holds the database, or the copy's schema is newer than this build).",
+    );
+  restore.action((source: string) =>
+    done(async () => {
+      const o = restore.opts<{ db?: string; quick: boolean }>();
+      const db = databasePath(o.db, false);
+      if (!existsSync(source) || !statSync(source).isFile()) throw new ConfigError(`SOURCE: "${resolve(source)}" is not a file`);
+      if (resolve(source) === resolve(db)) throw new ConfigError("SOURCE: is the database itself");
+      if (!existsSync(dirname(resolve(db)))) throw new ConfigError(`--db: the directory "${dirname(resolve(db))}" does not exist`);
+      const started = performance.now();
+      const result = await restoreDatabase(db, source, o.quick);
+      if (result.integrity !== "ok") throw new DatabaseProblem(`the restored file failed quick_check: ${result.integrity}`);
+      process.stdout.write(
+        JSON.stringify({ db: resolve(db), source: resolve(source), schemaVersion: result.schemaVersion, replaced: result.replaced, quickCheck: result.integrity, ms: Math.round(performance.now() - started) }) + "\n",
       );
       return 0;
     }),

@@ -7,6 +7,7 @@
  * names the flag, followed by the command's usage).
  */
 import { Command, CommanderError } from "commander";
+import { SchemaTooNewError } from "../core/schemaVersion.js";
 import { DatabaseInUseError } from "../core/sqlite/processLock.js";
 import { InsecureBindError } from "../server/auth/exposure.js";
 import packageJson from "../../package.json" with { type: "json" };
@@ -55,9 +56,9 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`${usageOf(running)}\n`);
       return 2;
     }
-    // Refusals of the setting, not failures of the work: another server holds the file, or
-    // the address needs tokens.
-    return err instanceof InsecureBindError || err instanceof DatabaseInUseError ? 2 : 1;
+    // Refusals of the setting, not failures of the work: another server holds the file, the
+    // address needs tokens, or the database was written by a newer build.
+    return err instanceof InsecureBindError || err instanceof DatabaseInUseError || err instanceof SchemaTooNewError ? 2 : 1;
   }
 }
 

@@ -22,6 +22,8 @@ export interface OpenStorageOptions {
   walWrites?: WalWrites;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
+  /** SQLite only: copy an existing file before migrating its schema (default true). */
+  migrationBackup?: boolean;
   /** Where group-commit sizes go (src/core/metrics.ts). */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   log?: StorageLog;
@@ -33,5 +35,5 @@ export async function openStorage(options: OpenStorageOptions): Promise<Storage>
     const { PostgresStorage } = await import("./postgres/storage.js");
     return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
   }
-  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, log: options.log });
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, migrationBackup: options.migrationBackup, log: options.log });
 }

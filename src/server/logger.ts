@@ -1,4 +1,9 @@
-/** Structured logs: one JSON object per line, for the events that matter. */
+/**
+ * Structured logs: one JSON object per line, for the events that matter. A line written while
+ * an RPC is handled (in its async context, `logContext`) carries the call's `requestId`.
+ */
+import { AsyncLocalStorage } from "node:async_hooks";
+
 export type LogLevel = "debug" | "info" | "warn" | "error";
 
 const ORDER: Record<LogLevel, number> = { debug: 10, info: 20, warn: 30, error: 40 };
@@ -10,12 +15,16 @@ export interface Logger {
   error(msg: string, fields?: Record<string, unknown>): void;
 }
 
+/** The call whose work is running: set around each RPC by the front door (http/rpcHandler.ts). */
+export const logContext = new AsyncLocalStorage<{ requestId: string }>();
+
 export function createLogger(options: { level?: LogLevel; write?: (line: string) => void } = {}): Logger {
   const min = ORDER[options.level ?? "info"];
   const write = options.write ?? ((line: string) => process.stdout.write(line + "\n"));
   const log = (level: LogLevel, msg: string, fields?: Record<string, unknown>) => {
     if (ORDER[level] < min) return;
-    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...fields }));
+    const call = logContext.getStore();
+    write(JSON.stringify({ time: new Date().toISOString(), level, msg, ...(call && { requestId: call.requestId }), ...fields }));
   };
   return {
     log,

@@ -38,6 +38,7 @@ import { StreamRegistry } from "./services/streamRegistry.js";
 import { createConsole, defaultConsoleDir, loadConsole } from "./http/console.js";
 import { NodeHub } from "./upstream/nodeHub.js";
 import { DEFAULT_SKIM_BUDGET_BYTES } from "../upstream/scanner.js";
+import { BUILD_INFO } from "./buildInfo.js";
 
 export interface ServerOptions {
   /** Interface to bind; default 127.0.0.1. */
@@ -63,6 +64,8 @@ export interface ServerOptions {
   walCheckpoint?: WalCheckpointMode;
   /** SQLite: how commits reach the WAL file (core/sqlite/walWrites.ts); default gathered. */
   walWrites?: WalWrites;
+  /** SQLite: copy an existing file before migrating its schema (core/sqlite/schema.ts); default true. */
+  migrationBackup?: boolean;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
   pruneIntervalMs?: number;
@@ -225,6 +228,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     synchronous: options.synchronous,
     walCheckpoint: options.walCheckpoint,
     walWrites: options.walWrites,
+    migrationBackup: options.migrationBackup,
     poolSize: options.poolSize,
     metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),
@@ -377,6 +381,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   const url = door.url;
   logger.info("serving", {
     url,
+    version: BUILD_INFO.version,
     db: describeDatabase(databasePath),
     backend: storage.backend,
     protocols: ["connect", "grpc", "grpc-web"],

@@ -7,6 +7,8 @@
  * backends share their row mapping (src/core/rowMapping.ts).
  */
 import type pg from "pg";
+import { migrationName, SchemaTooNewError } from "../schemaVersion.js";
+import type { StorageLog } from "../storage.js";
 
 /*
  * Identifiers compare and sort byte-wise (COLLATE "C"), as in SQLite, so listings, pages and
@@ -297,8 +299,12 @@ const MIGRATIONS: string[] = [
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
-/** Brings the database up to SCHEMA_VERSION; safe to call from several replicas at once. */
-export async function migrate(pool: pg.Pool): Promise<void> {
+/**
+ * Brings the database up to SCHEMA_VERSION; safe to call from several replicas at once (the
+ * one that migrates logs it). No copy is taken here: PostgreSQL's own backups (pg_dump, base
+ * backups) are the way back (docs/deployment.md#upgrades-and-downgrades).
+ */
+export async function migrate(pool: pg.Pool, log?: StorageLog): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
@@ -306,9 +312,9 @@ export async function migrate(pool: pg.Pool): Promise<void> {
       await client.query("CREATE TABLE IF NOT EXISTS sessionstate_schema (version integer NOT NULL)");
       const row = (await client.query<{ version: number }>("SELECT max(version) AS version FROM sessionstate_schema")).rows[0];
       const current = row?.version ?? 0;
-      if (current > MIGRATIONS.length) {
-        throw new Error(`database schema version ${current} is newer than this build knows (${MIGRATIONS.length}); refusing to use it`);
-      }
+      if (current > MIGRATIONS.length) throw new SchemaTooNewError(current, MIGRATIONS.length, "the PostgreSQL database");
+      if (current === MIGRATIONS.length) return;
+      const started = performance.now();
       for (let version = current; version < MIGRATIONS.length; version++) {
         await client.query("BEGIN");
         try {
@@ -317,9 +323,13 @@ export async function migrate(pool: pg.Pool): Promise<void> {
           await client.query("COMMIT");
         } catch (err) {
           await client.query("ROLLBACK");
-          throw err;
+          throw new Error(
+            `migrating the PostgreSQL schema ${migrationName(current, MIGRATIONS.length)} failed at v${version + 1} (${(err as Error).message}); it is at v${version}, each step being a transaction of its own`,
+            { cause: err },
+          );
         }
       }
+      log?.("info", "database schema migrated", { from: current, to: MIGRATIONS.length, migration: migrationName(current, MIGRATIONS.length), ms: Math.round(performance.now() - started) });
     } finally {
       await client.query("SELECT pg_advisory_unlock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
     }

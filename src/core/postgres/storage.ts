@@ -166,7 +166,7 @@ export class PostgresStorage implements Storage {
     const namespace = await currentSchema(options.connectionString);
     const storage = new PostgresStorage(options, namespace);
     try {
-      await migrate(storage.pool);
+      await migrate(storage.pool, options.log);
       await storage.channel.start();
     } catch (err) {
       await storage.close();

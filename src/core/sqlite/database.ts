@@ -33,6 +33,9 @@ export interface DatabaseOptions {
   busyTimeoutMs?: number;
   /** How commits reach the WAL file (walWrites.ts); default `gathered`. */
   walWrites?: WalWrites;
+  /** Copy an existing file before migrating its schema (schema.ts); default true. */
+  migrationBackup?: boolean;
+  log?: StorageLog;
 }
 
 /**
@@ -72,7 +75,7 @@ export function openDatabase(options: DatabaseOptions): Database.Database {
   db.pragma(`busy_timeout = ${options.busyTimeoutMs ?? 5000}`);
   // Keep the WAL from growing without bound between checkpoints.
   db.pragma("journal_size_limit = 67108864");
-  migrate(db);
+  migrate(db, { path: options.path, log: options.log, backup: options.migrationBackup });
   return db;
 }
 

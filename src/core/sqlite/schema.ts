@@ -1,8 +1,14 @@
 /**
  * The schema, as numbered migrations applied in order inside one transaction each.
- * `PRAGMA user_version` records how far a file has been migrated.
+ * `PRAGMA user_version` records how far a file has been migrated. Before the first migration
+ * of an existing file a copy of it is taken beside it, named with both versions, so an upgrade
+ * can be undone by restoring it (docs/deployment.md#upgrades-and-downgrades).
  */
 import type Database from "better-sqlite3";
+import { existsSync, rmSync } from "node:fs";
+import { resolve } from "node:path";
+import { migrationName, SchemaTooNewError } from "../schemaVersion.js";
+import type { StorageLog } from "../storage.js";
 
 const MIGRATIONS: string[] = [
   `
@@ -367,17 +373,73 @@ const MIGRATIONS: string[] = [
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
-export function migrate(db: Database.Database): void {
+export interface MigrateOptions {
+  /** The database file (absent or ":memory:": no backup copy). */
+  path?: string;
+  /** Where the migration and its backup are logged. */
+  log?: StorageLog;
+  /** Take the backup copy before migrating an existing file (default true; `--migration-backup false`). */
+  backup?: boolean;
+  /** Migrate no further than this version (tests make older files with it). Default SCHEMA_VERSION. */
+  upTo?: number;
+}
+
+export function migrate(db: Database.Database, options: MigrateOptions = {}): void {
   const current = db.pragma("user_version", { simple: true }) as number;
-  if (current > MIGRATIONS.length) {
+  const database = options.path === undefined || options.path === ":memory:" ? "(in memory)" : `"${resolve(options.path)}"`;
+  if (current > MIGRATIONS.length) throw new SchemaTooNewError(current, MIGRATIONS.length, `database ${database}`);
+  const target = Math.min(options.upTo ?? MIGRATIONS.length, MIGRATIONS.length);
+  if (current >= target) return;
+  const started = performance.now();
+  // A new file has nothing to lose; an existing one is copied first.
+  const backup = current > 0 && options.backup !== false && database !== "(in memory)" ? backupBefore(db, options.path!, current, target) : undefined;
+  for (let version = current; version < target; version++) {
+    try {
+      db.transaction(() => {
+        db.exec(MIGRATIONS[version]);
+        db.pragma(`user_version = ${version + 1}`);
+      }).immediate();
+    } catch (err) {
+      const kept = backup ? `; the copy taken before is ${backup}` : "";
+      throw new Error(
+        `migrating database ${database} ${migrationName(current, target)} failed at v${version + 1} (${(err as Error).message}); it is at v${version}, each step being a transaction of its own${kept}`,
+        { cause: err },
+      );
+    }
+  }
+  options.log?.("info", "database schema migrated", {
+    database: options.path === undefined ? null : resolve(options.path),
+    from: current,
+    to: target,
+    migration: migrationName(current, target),
+    backup: backup ?? null,
+    ms: Math.round(performance.now() - started),
+  });
+}
+
+/**
+ * A consistent copy of the file as it is before migrating (VACUUM INTO reads one snapshot,
+ * WAL included, into a new single file), beside it: `<file>.schema-v5-before-v7-<UTC time>.db`.
+ * A copy that cannot be made stops the start before anything is migrated.
+ */
+function backupBefore(db: Database.Database, path: string, from: number, to: number): string {
+  const stamp = new Date().toISOString().replace(/[-:]/g, "").replace(/\.\d+Z$/, "Z");
+  const target = `${resolve(path)}.schema-v${from}-before-v${to}-${stamp}.db`;
+  if (existsSync(target)) throw new Error(`the backup before migrating, ${target}, exists already; nothing was migrated`);
+  try {
+    db.prepare("VACUUM INTO ?").run(target);
+  } catch (err) {
+    rmSync(target, { force: true });
     throw new Error(
-      `database schema version ${current} is newer than this build knows (${MIGRATIONS.length}); refusing to open it`,
+      `could not copy the database to ${target} before migrating its schema ${migrationName(from, to)} (${(err as { code?: string }).code ?? "error"}: ${(err as Error).message}); ` +
+        `nothing was migrated. Make room for the copy (about ${bytesOf(db)} bytes), or take a backup yourself and start once with --migration-backup false`,
+      { cause: err },
     );
   }
-  for (let version = current; version < MIGRATIONS.length; version++) {
-    db.transaction(() => {
-      db.exec(MIGRATIONS[version]);
-      db.pragma(`user_version = ${version + 1}`);
-    }).immediate();
-  }
+  return target;
+}
+
+/** The database's size as SQLite counts it (its pages). */
+function bytesOf(db: Database.Database): number {
+  return (db.pragma("page_count", { simple: true }) as number) * (db.pragma("page_size", { simple: true }) as number);
 }

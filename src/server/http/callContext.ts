@@ -22,6 +22,8 @@ export interface CallRecord {
   readonly peer: string;
   /** performance.now() when the request's headers arrived. */
   readonly startedAt: number;
+  /** The client's `x-request-id`, or one minted for the call (rpcHandler.ts). */
+  readonly requestId?: string;
   principal?: Principal;
   /** The code the call ended with, once known. */
   code?: CallCode;

@@ -1,6 +1,6 @@
 /**
  * One record per RPC: a structured log line (debug; warn when the call ended INTERNAL) with
- * procedure, code, duration, caller token name and role, and peer address; and the RPC
+ * procedure, request id, code, duration, caller token name and role, and peer address; and the RPC
  * metrics. The record is opened when the request's headers arrive and closed when its
  * response is done; its code comes from the outermost interceptor (`callOutcome`), from the
  * front door when it answered itself, or from the response the RPC layer wrote.
@@ -28,6 +28,7 @@ export class CallLog {
     this.metrics?.callEnded(record.procedure, name, seconds);
     this.logger.log(code === Code.Internal ? "warn" : "debug", "rpc", {
       procedure: record.procedure,
+      requestId: record.requestId ?? null,
       code: name,
       durationMs: Math.round(seconds * 10_000) / 10,
       token: record.principal?.name ?? null,

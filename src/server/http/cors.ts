@@ -15,6 +15,7 @@ const ALLOWED_HEADERS = [
   "authorization",
   "content-type",
   "content-encoding",
+  "x-request-id",
   "accept-encoding",
   "connect-protocol-version",
   "connect-timeout-ms",
@@ -36,6 +37,7 @@ const EXPOSED_HEADERS = [
   "connect-content-encoding",
   "connect-accept-encoding",
   "content-encoding",
+  "x-request-id",
   "www-authenticate",
 ];
 const MAX_AGE_S = 7200;

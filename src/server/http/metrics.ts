@@ -12,6 +12,7 @@ import { statSync } from "node:fs";
 import { collectDefaultMetrics, Counter, Gauge, Histogram, Registry } from "prom-client";
 import type { CoreMetrics, StoreGauges } from "../../core/metrics.js";
 import { walWritesInEffect } from "../../core/sqlite/walWrites.js";
+import { BUILD_INFO } from "../buildInfo.js";
 
 /** What the service's scrape-time gauges read. */
 export interface ServiceSources {
@@ -55,6 +56,12 @@ export class ServerMetrics implements CoreMetrics {
   constructor() {
     const registers = [this.registry];
     collectDefaultMetrics({ register: this.registry });
+    new Gauge({
+      name: "sessionstate_build_info",
+      help: "Always 1; its labels say what runs: the package version, the commit it was built from (empty when unknown) and the Node version",
+      labelNames: ["version", "commit", "node"],
+      registers,
+    }).set({ version: BUILD_INFO.version, commit: BUILD_INFO.commit, node: BUILD_INFO.node }, 1);
     this.rpcHandled = new Counter({
       name: "sessionstate_rpc_handled_total",
       help: "RPCs finished, by full procedure name and status code (ok, invalid_argument, …)",

@@ -8,7 +8,9 @@
  * 2. the request-body limits (requestBody.ts) on the bytes the RPC layer reads;
  * 3. once the response is complete, the rest of an unread body is refused (HTTP/2
  *    RST_STREAM NO_ERROR, RFC 9113 §8.1; HTTP/1.1 closes the connection);
- * 4. the per-RPC log line and metrics (callLog.ts).
+ * 4. the per-RPC log line and metrics (callLog.ts);
+ * 5. a request id (the client's `x-request-id`, or minted), sent back in `x-request-id` and on
+ *    every log line written while the call is handled.
  * A path may have a second handler for binary requests (Connect, gRPC and gRPC-Web with
  * protobuf): the routes register it on the second router they are given; JSON requests on that
  * path take the first. On such a path a binary bidi stream over the Connect protocol
@@ -28,7 +30,8 @@ import { createAsyncIterable, validateReadWriteMaxBytes, type UniversalHandler, 
 import { Code, ConnectError } from "@connectrpc/connect";
 import type http from "node:http";
 import http2 from "node:http2";
-import type { Logger } from "../logger.js";
+import { randomUUID } from "node:crypto";
+import { logContext, type Logger } from "../logger.js";
 import { callRecordKey, peerKey, OK, type CallRecord } from "./callContext.js";
 import type { CallLog } from "./callLog.js";
 import type { EarlyAuthorization } from "./earlyAuth.js";
@@ -105,16 +108,14 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     compressMinBytes: limits.compressMinBytes,
   };
 
-  return (req, res) => {
-    const url = req.url ?? "";
-    const path = url.split("?", 1)[0];
-    let handler = byPath.get(path);
-    if (!handler) return false;
+  /** One call on its path: everything below runs with the call's request id in the log context. */
+  const serve = (req: NodeRequest, res: NodeResponse, url: string, path: string, found: UniversalHandler, requestId: string): void => {
+    let handler = found;
     const protocol = rpcProtocolOf(req.headers);
     const binaryHandler = binaryByPath.get(path);
     if (binaryHandler && !isJsonRequest(protocol, req.headers, url)) handler = binaryHandler;
     const procedure = `${handler.service.typeName}/${handler.method.name}`;
-    const record: CallRecord = { procedure, peer: req.socket?.remoteAddress ?? "", startedAt: performance.now() };
+    const record: CallRecord = { procedure, peer: req.socket?.remoteAddress ?? "", startedAt: performance.now(), requestId };
     options.calls.started(record);
     let response: UniversalServerResponse | undefined;
     let errorBody: Uint8Array | undefined;
@@ -147,7 +148,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     record.principal = auth?.principal;
     if (auth && "refused" in auth) {
       answer(auth.refused);
-      return true;
+      return;
     }
     // An HTTP/1.1 client that waits for "100 Continue" gets it only now, for a call that may go on.
     if (req.headers.expect?.toLowerCase() === "100-continue") res.writeContinue();
@@ -163,7 +164,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     } catch (err) {
       // An HTTP/1.0 request without a Host header has no authority to build a URL from.
       answer(new ConnectError(`malformed request: ${ConnectError.from(err).rawMessage}`, Code.InvalidArgument));
-      return true;
+      return;
     }
     dropUnreachableDeadline(uReq.header);
     guard = new RequestBodyGuard({ ...options.body, readMaxBytes }, bodyShape(protocol, handler, req), record.startedAt);
@@ -181,7 +182,7 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
           if (bodyGuard.failure) options.onRefused?.(limitOf(bodyGuard.failure.code));
         })
         .catch((reason: unknown) => options.logger.error("writing the response failed", { procedure, error: String(reason) }));
-      return true;
+      return;
     }
     const unary = handler === binaryHandler ? directUnaries.get(path) : undefined;
     const answered = unary && takesDirectUnary(req) ? serveDirectUnary(unary, uReq, directUnaryOptions) : handler(uReq);
@@ -214,8 +215,27 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
         if (error.code === Code.Aborted || error.code === Code.Canceled || clientWentAway(error.cause)) return;
         options.logger.error("writing the response failed", { procedure, error: String(reason) });
       });
+  };
+
+  return (req, res) => {
+    const url = req.url ?? "";
+    const path = url.split("?", 1)[0];
+    const handler = byPath.get(path);
+    if (!handler) return false;
+    const requestId = requestIdOf(req.headers["x-request-id"]);
+    res.setHeader("x-request-id", requestId);
+    // Every log line written while the call is handled carries its request id (logger.ts).
+    logContext.run({ requestId }, serve, req, res, url, path, handler, requestId);
     return true;
   };
+}
+
+/**
+ * The call's request id: the client's `x-request-id` when it is 1–128 characters of
+ * [A-Za-z0-9._:/+=-] (what proxies and tracers send: UUIDs, hex, base64), else a new UUID.
+ */
+function requestIdOf(given: string | string[] | undefined): string {
+  return typeof given === "string" && /^[A-Za-z0-9._:/+=-]{1,128}$/.test(given) ? given : randomUUID();
 }
 
 /** Connect's own default for writeMaxBytes (the largest it allows). */
