@@ -26,13 +26,18 @@ export function isConnectionLost(err: unknown): boolean {
     UNREACHABLE_CODES.has(code) ||
     code.startsWith("08") || // connection_exception
     code.startsWith("57P") || // admin/crash shutdown, cannot connect now
-    /Connection terminated|Client has encountered a connection error|connection timeout|timeout exceeded when trying to connect/i.test(message)
+    // "Query read timeout": no answer within the statement deadline (connectionSettings.ts).
+    /Connection terminated|Client has encountered a connection error|connection timeout|timeout exceeded when trying to connect|Query read timeout/i.test(message)
   );
+}
+
+function codeOf(err: unknown): string {
+  return (err as { code?: string })?.code ?? "";
 }
 
 export function storageFault(err: unknown): DomainError | undefined {
   if (err instanceof DomainError) return undefined;
-  const code = (err as { code?: string })?.code ?? "";
+  const code = codeOf(err);
   if (isConnectionLost(err) || code === "53300") {
     return new DomainError(
       "unavailable",
@@ -45,6 +50,13 @@ export function storageFault(err: unknown): DomainError | undefined {
     return new DomainError("unavailable", "storage busy: the write kept conflicting with concurrent writes; nothing was written — retry", undefined, code);
   }
   switch (code) {
+    case "57014": // query_canceled: the statement timeout (or an operator's pg_cancel_backend)
+      return new DomainError(
+        "unavailable",
+        "the database did not finish a statement within the statement timeout (--pg-statement-timeout; 57014); nothing was written — retry",
+        undefined,
+        code,
+      );
     case "53100": // disk_full
     case "53200": // out_of_memory
       return new DomainError(
