@@ -20,7 +20,9 @@
  *   only if it commits), and the other replicas re-read those agents' pending cursors
  *   (notifications.ts). Singleton jobs take session-level advisory locks (leadership.ts).
  * - A network that goes silent is noticed within seconds (connectionSettings.ts): statements
- *   have deadlines, and health asks the listener's connection.
+ *   have deadlines, and health asks the listener's connection. A connection lost before
+ *   COMMIT was sent means nothing was written; lost while COMMIT was in flight, the outcome
+ *   is unknown, and the caller is told so — such a unit is never run again here.
  */
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
@@ -40,7 +42,7 @@ import { PgRegistryRows } from "./registryRows.js";
 import { migrate } from "./schema.js";
 import { PgSettingsRows } from "./settingsRows.js";
 import { PgSignalLogRows } from "./signalLogRows.js";
-import { asDomainError, isConnectionLost, isRetryable } from "./storageFaults.js";
+import { asDomainError, CommitOutcomeUnknown, isConnectionLost, isRetryable, OutcomeUnknownError } from "./storageFaults.js";
 import { PgTranscriptRows } from "./transcriptRows.js";
 import { PgUpstreamRows } from "./upstreamRows.js";
 
@@ -252,21 +254,26 @@ export class PostgresStorage implements Storage {
     if (this.closed) throw new Error("storage is closed");
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    let committing = false;
     try {
       await client.query(begin);
       const tx = new PgTx(new PgConnection(client));
       try {
         const value = await body(tx);
         if (tx.wake.size > 0) await client.query("SELECT pg_notify($1, $2)", [this.channel.name, wakeupPayload(this.replicaId, tx.wake)]);
+        committing = true;
         await client.query("COMMIT");
         return value;
       } catch (err) {
         // A lost connection rolls back on the server's side; a ROLLBACK would only wait for it.
-        if (!isConnectionLost(err)) await client.query("ROLLBACK").catch((e: Error) => (broken = e));
+        if (!committing && !isConnectionLost(err)) await client.query("ROLLBACK").catch((e: Error) => (broken = e));
         throw err;
       }
     } catch (err) {
-      if (isConnectionLost(err)) broken ??= err as Error;
+      if (isConnectionLost(err)) {
+        broken ??= err as Error;
+        if (committing) throw new CommitOutcomeUnknown(err);
+      }
       throw err;
     } finally {
       // A broken connection is dropped, not handed to the next unit.
@@ -290,7 +297,12 @@ export class PostgresStorage implements Storage {
         for (const m of members) out.push(await m.unit(tx));
         return out;
       });
-    } catch {
+    } catch (err) {
+      // The group may have committed: running its members again could write them twice.
+      if (err instanceof OutcomeUnknownError) {
+        for (const m of members) m.reject(err);
+        return;
+      }
       // One member failed (or the group lost a race): each runs alone, and fails alone.
       for (const m of members) this.transaction("BEGIN", m.lock, m.unit).then(m.resolve, m.reject);
       return;

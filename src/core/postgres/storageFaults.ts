@@ -31,12 +31,35 @@ export function isConnectionLost(err: unknown): boolean {
   );
 }
 
+/** Raised when the connection was lost while COMMIT was in flight: it may or may not have committed. */
+export class CommitOutcomeUnknown extends Error {
+  constructor(readonly lost: unknown) {
+    super(`connection lost while committing: ${String((lost as Error)?.message ?? lost)}`);
+  }
+}
+
+/**
+ * What a caller gets for a unit whose COMMIT got no answer. Not "nothing was written": the
+ * write may be in the database, so it is retried only where retrying is safe (a dedupe key,
+ * an ack with its notified sequence), or after reading.
+ */
+export class OutcomeUnknownError extends DomainError {}
+
 function codeOf(err: unknown): string {
   return (err as { code?: string })?.code ?? "";
 }
 
 export function storageFault(err: unknown): DomainError | undefined {
   if (err instanceof DomainError) return undefined;
+  if (err instanceof CommitOutcomeUnknown) {
+    const code = codeOf(err.lost);
+    return new OutcomeUnknownError(
+      "unavailable",
+      `database connection lost while the commit was in flight (${code || String((err.lost as Error)?.message ?? err.lost)}); the write may or may not have been applied — retry with the same dedupe key, or read before writing again`,
+      undefined,
+      code || "commit-unknown",
+    );
+  }
   const code = codeOf(err);
   if (isConnectionLost(err) || code === "53300") {
     return new DomainError(
