@@ -199,15 +199,18 @@ export function subscriber(
   return { received, done: Promise.all([subscribe(), options.ackVia ? ack() : Promise.resolve()]).then(() => undefined) };
 }
 
-/** Asks one replica's gRPC health and /readyz every `everyMs`, each with a deadline. */
+/**
+ * Asks one replica's gRPC health and /readyz every `everyMs`, each with a deadline longer
+ * than the replica's ping timeout (a /readyz may wait that long for the database's answer).
+ */
 export async function prober(history: History, replica: Replica, running: Switch, everyMs = 250): Promise<void> {
   const health = createClient(Health, createGrpcTransport({ baseUrl: replica.url }));
   const process = `probe-${replica.name}`;
   while (running.on) {
     const tick = sleep(everyMs);
     await Promise.all([
-      history.record(process, "health", {}, () => health.check({ service: "" }, { timeoutMs: 1500 }), (res) => Serving[res.status], readOutcome),
-      history.record(process, "readyz", {}, () => httpStatus(`${replica.url}/readyz`, 1500), (status) => status, readOutcome),
+      history.record(process, "health", {}, () => health.check({ service: "" }, { timeoutMs: 3000 }), (res) => Serving[res.status], readOutcome),
+      history.record(process, "readyz", {}, () => httpStatus(`${replica.url}/readyz`, 3000), (status) => status, readOutcome),
     ]);
     await tick;
   }

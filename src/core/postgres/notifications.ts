@@ -15,6 +15,9 @@ export function channelName(schema: string): string {
   return `sessionstate_${createHash("sha1").update(schema).digest("hex").slice(0, 16)}`;
 }
 
+/** How long a health ping waits for a connection being made while the listener has none. */
+const RECONNECT_GRACE_MS = 250;
+
 /** Agents per payload before it says "every agent" instead (keeps it far below 8,000 bytes). */
 const MAX_PAYLOAD_BYTES = 6000;
 
@@ -74,7 +77,8 @@ export class NoticeChannel {
 
   /**
    * Whether the database answers on the listener's connection within the ping timeout. A
-   * connection that does not is dropped; while there is none, one is tried.
+   * connection that does not is dropped; while there is none, one is tried (and the answer
+   * is no, unless it connects within RECONNECT_GRACE_MS).
    */
   check(): Promise<boolean> {
     if (this.stopped) return Promise.resolve(false);
@@ -85,8 +89,10 @@ export class NoticeChannel {
   private async runCheck(): Promise<boolean> {
     const client = this.client;
     if (!client) {
+      // Not connected: a probe hears so at once, unless a connection is made right away (a
+      // silent network would hold each probe for the whole connect).
       let timer: NodeJS.Timeout | undefined;
-      const within = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), this.timeouts.pingTimeoutMs)));
+      const within = new Promise<boolean>((resolve) => (timer = setTimeout(() => resolve(false), Math.min(RECONNECT_GRACE_MS, this.timeouts.pingTimeoutMs))));
       const up = await Promise.race([this.attempt(), within]);
       clearTimeout(timer);
       return up;
