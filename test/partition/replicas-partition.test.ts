@@ -15,7 +15,7 @@
  * the singleton jobs never led by two replicas at once and taken over by the survivor,
  * NOT_SERVING on gRPC health and /readyz within the bound, SERVING again after the heal.
  */
-import { mkdtempSync, writeFileSync } from "node:fs";
+import { mkdtempSync, rmSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import pg from "pg";
@@ -307,10 +307,12 @@ describe.skipIf(unavailable !== undefined)(`replicas under a network partition${
       for (const r of replicas) writeFileSync(join(dir, `replica-${r.name}.log`), r.output());
     }
     const summary = JSON.stringify(report?.figures);
-    console.log(`replicas-partition: history ${historyPath} (${history.ops.length} operations); ${summary}`);
+    console.log(`replicas-partition: ${history.ops.length} operations; ${summary}`);
     if (!report || report.violations.length > 0) {
-      console.error(`replicas-partition: ${report?.violations.length ?? "?"} violations; history at ${historyPath}\n${report?.violations.slice(0, 40).join("\n")}`);
+      console.error(`replicas-partition: ${report?.violations.length ?? "?"} violations; history and replica logs in ${dir}\n${report?.violations.slice(0, 40).join("\n")}`);
     }
     expect(report?.violations, `history at ${historyPath}; figures ${summary}`).toEqual([]);
+    // Kept only when the check fails, for reading.
+    rmSync(dir, { recursive: true, force: true });
   }, 170_000);
 });
