@@ -29,7 +29,7 @@ const BOTH_BACKENDS = [
   "test/mcp-stdio.test.ts",
 ];
 /** Only PostgreSQL has replicas. */
-const POSTGRES_ONLY = ["test/replicas/*.test.ts"];
+const POSTGRES_ONLY = ["test/replicas/*.test.ts", "test/partition/*.test.ts"];
 
 const shared = {
   testTimeout: 30_000,

@@ -7,6 +7,7 @@ import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { WalWrites } from "../core/sqlite/walWrites.js";
 import { DAY_MS } from "../core/signalLog.js";
+import { checkTimeouts, DEFAULT_PG_TIMEOUTS, type PgTimeouts } from "../core/postgres/connectionSettings.js";
 import { MAX_BATCH_EVENTS } from "../core/sessionState.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
 import {
@@ -44,6 +45,9 @@ export const SETTINGS: Setting[] = [
   { flag: "port", env: "SESSIONSTATE_PORT", description: "TCP port (0 = any free port)", default: String(DEFAULTS.port) },
   { flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
   { flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
+  { flag: "pg-statement-timeout", env: "SESSIONSTATE_PG_STATEMENT_TIMEOUT_S", description: "PostgreSQL only: seconds one statement may run before PostgreSQL cancels it (the call answers UNAVAILABLE); the replica gives up waiting for an answer 1 s later", default: String(DEFAULT_PG_TIMEOUTS.statementTimeoutMs / 1000) },
+  { flag: "pg-ping-timeout", env: "SESSIONSTATE_PG_PING_TIMEOUT_S", description: "PostgreSQL only: seconds the health ping (every second) and the heartbeats of the notice listener and of a singleton job's lead wait for an answer; no answer turns health NOT_SERVING, reconnects the listener and gives up the lead", default: String(DEFAULT_PG_TIMEOUTS.pingTimeoutMs / 1000) },
+  { flag: "pg-keepalive-timeout", env: "SESSIONSTATE_PG_KEEPALIVE_TIMEOUT_S", description: "PostgreSQL only: seconds of network silence after which PostgreSQL drops a connection of this replica (TCP keepalive and TCP_USER_TIMEOUT, asked per connection), rolling back its transaction and releasing its locks and any lead; at least the statement timeout + 2 s and the ping timeout + 2 s", default: String(DEFAULT_PG_TIMEOUTS.keepaliveTimeoutMs / 1000) },
   { flag: "max-spawn-depth", env: "SESSIONSTATE_MAX_SPAWN_DEPTH", description: "Deepest spawn allowed (1 = only top-level sessions spawn); a deeper SpawnSession is FAILED_PRECONDITION", default: String(DEFAULT_MAX_SPAWN_DEPTH) },
   { flag: "max-reply-turns", env: "SESSIONSTATE_MAX_REPLY_TURNS", description: "Most replies one inter-session exchange takes (the reply loop of sessions_send) before it ends with LIMIT", default: String(DEFAULT_MAX_REPLY_TURNS) },
   { flag: "max-send-timeout", env: "SESSIONSTATE_MAX_SEND_TIMEOUT_S", description: "Longest wait for a reply a SendToSession may ask (timeout_seconds); more is INVALID_ARGUMENT", default: String(DEFAULT_MAX_SEND_TIMEOUT_SECONDS) },
@@ -136,11 +140,19 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     );
   }
   const metricsPort = value("metrics-port");
+  const pgTimeouts: PgTimeouts = {
+    statementTimeoutMs: seconds("pg-statement-timeout", 0.1, 3600),
+    pingTimeoutMs: seconds("pg-ping-timeout", 0.1, 60),
+    keepaliveTimeoutMs: seconds("pg-keepalive-timeout", 1, 3600),
+  };
+  const badTimeouts = checkTimeouts(pgTimeouts);
+  if (badTimeouts) throw new ConfigError(`--pg-keepalive-timeout: ${badTimeouts}`);
   return {
     host: value("host"),
     port: int("port", 0, 65535),
     databasePath: database(value("db")),
     poolSize: int("pg-pool-size", 1, 1000),
+    pgTimeouts,
     maxSpawnDepth: int("max-spawn-depth", 1, MAX_SPAWN_DEPTH_LIMIT),
     maxReplyTurns: int("max-reply-turns", 1, MAX_REPLY_TURNS_LIMIT),
     maxSendTimeoutSeconds: int("max-send-timeout", 1, MAX_SEND_TIMEOUT_LIMIT),

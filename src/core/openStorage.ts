@@ -9,6 +9,7 @@ import type { WalWrites } from "./sqlite/walWrites.js";
 import { isPostgresUrl } from "./databaseName.js";
 import type { CoreMetrics } from "./metrics.js";
 import type { Storage, StorageLog } from "./storage.js";
+import type { PgTimeouts } from "./postgres/connectionSettings.js";
 
 export { describeDatabase, isPostgresUrl } from "./databaseName.js";
 
@@ -22,6 +23,8 @@ export interface OpenStorageOptions {
   walWrites?: WalWrites;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
+  /** PostgreSQL only: statement deadlines, health ping, keepalive (postgres/connectionSettings.ts). */
+  pgTimeouts?: Partial<PgTimeouts>;
   /** Where group-commit sizes go (src/core/metrics.ts). */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   log?: StorageLog;
@@ -31,7 +34,7 @@ export async function openStorage(options: OpenStorageOptions): Promise<Storage>
   if (isPostgresUrl(options.db)) {
     // Loaded only when asked for: a node on the embedded default never runs node-postgres.
     const { PostgresStorage } = await import("./postgres/storage.js");
-    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
+    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, timeouts: options.pgTimeouts, log: options.log, metrics: options.metrics });
   }
   return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, log: options.log });
 }

@@ -63,7 +63,7 @@ export interface WriteOptions {
 }
 
 /** Where a backend reports its own trouble (a lost connection, a stopped checkpointer). */
-export type StorageLog = (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+export type StorageLog = (level: "debug" | "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
 
 export interface Storage {
   readonly backend: Backend;

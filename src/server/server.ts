@@ -9,6 +9,7 @@ import { readAppendRequests } from "./appendRequestWire.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { setMaxListeners } from "node:events";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
+import type { PgTimeouts } from "../core/postgres/connectionSettings.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
@@ -48,6 +49,8 @@ export interface ServerOptions {
   databasePath?: string;
   /** PostgreSQL only: pooled connections per process; default 8. */
   poolSize?: number;
+  /** PostgreSQL only: statement timeout, health ping timeout, keepalive timeout (core/postgres/connectionSettings.ts). */
+  pgTimeouts?: Partial<PgTimeouts>;
   /** How often database reachability is checked for health; default 1 s. */
   healthCheckIntervalMs?: number;
   /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
@@ -226,6 +229,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     walCheckpoint: options.walCheckpoint,
     walWrites: options.walWrites,
     poolSize: options.poolSize,
+    pgTimeouts: options.pgTimeouts,
     metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),
   });
