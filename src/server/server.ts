@@ -295,7 +295,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await runPrune(core, messaging, storage, storageHealth, logger, { tasks, deliveries });
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
   const healthTimer = setInterval(() => {
-    void storage.ping().then((up) => storageHealth.setReachable(up));
+    void storageHealth.refresh(() => storage.ping());
   }, options.healthCheckIntervalMs ?? DEFAULTS.healthCheckIntervalMs).unref();
 
   const shutdown = new AbortController();
@@ -335,8 +335,14 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       compressMinBytes: options.compressMinBytes ?? DEFAULTS.compressMinBytes,
     },
     corsOrigins: options.corsOrigins ?? [],
-    // Ready once started and until stopping, while the database answers a trivial query.
-    readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => storage.ping() },
+    // Ready once started and until stopping, while the database serves: what health reports, asked afresh.
+    readiness: {
+      notReady: async () => {
+        if (phase !== "serving") return phase;
+        await storageHealth.refresh(() => storage.ping());
+        return storageHealth.notServing();
+      },
+    },
     metrics,
     metricsListener: options.metricsListener,
     logger,
