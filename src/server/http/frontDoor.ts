@@ -5,7 +5,8 @@
  *   CORS (a preflight is answered there) → /healthz, /readyz, /metrics → the RPC paths → 404.
  * Around the RPCs: authorization from the headers, request-body limits, the per-RPC log line
  * and metrics (rpcHandler.ts); around the connections: the handshake and idle limits
- * (connections.ts). Optionally a second listener serves only the probes and /metrics.
+ * (connections.ts). Answers to GET requests are never stored by a cache. Optionally a
+ * second listener serves only the probes and /metrics.
  */
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
 import type { TlsOptions } from "../tls.js";
@@ -144,9 +145,14 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
 
 type Part = (req: Parameters<RequestHandler>[0], res: Parameters<RequestHandler>[1]) => boolean;
 
-/** The first part that takes the request answers it; nobody: 404. */
+/**
+ * The first part that takes the request answers it; nobody: 404. An answer to GET is never
+ * stored: every GET here reads live state (a session's status changes with every event)
+ * that may be a caller's own, so neither a shared cache nor the browser's may keep it.
+ */
 function route(parts: Part[]): RequestHandler {
   return (req, res) => {
+    if (req.method === "GET" || req.method === "HEAD") res.setHeader("cache-control", "private, no-store");
     for (const part of parts) if (part(req, res)) return;
     res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
     res.end("not found\n");
