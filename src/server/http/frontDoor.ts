@@ -5,7 +5,8 @@
  *   CORS (a preflight is answered there) → /healthz, /readyz, /metrics → the RPC paths → 404.
  * Around the RPCs: authorization from the headers, request-body limits, the per-RPC log line
  * and metrics (rpcHandler.ts); around the connections: the handshake and idle limits
- * (connections.ts). Answers to GET requests are never stored by a cache. Optionally a
+ * (connections.ts); after every answer, the refusal of a body nobody reads
+ * (unreadBody.ts). Answers to GET requests are never stored by a cache. Optionally a
  * second listener serves only the probes and /metrics.
  */
 import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
@@ -24,6 +25,7 @@ import type { ServerMetrics } from "./metrics.js";
 import { createProbes, type Readiness } from "./probes.js";
 import { InFlightBytes } from "./requestBody.js";
 import { createRpcHandler, type BinaryRoutes } from "./rpcHandler.js";
+import { refuseUnreadBody } from "./unreadBody.js";
 
 export interface FrontDoorLimits {
   maxStreamsPerConnection: number;
@@ -146,12 +148,14 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
 type Part = (req: Parameters<RequestHandler>[0], res: Parameters<RequestHandler>[1]) => boolean;
 
 /**
- * The first part that takes the request answers it; nobody: 404. An answer to GET is never
- * stored: every GET here reads live state (a session's status changes with every event)
- * that may be a caller's own, so neither a shared cache nor the browser's may keep it.
+ * The first part that takes the request answers it; nobody: 404. A body nobody reads is
+ * refused once the answer is complete, and an answer to GET is never stored: every GET
+ * here reads live state (a session's status changes with every event) that may be a
+ * caller's own, so neither a shared cache nor the browser's may keep it.
  */
 function route(parts: Part[]): RequestHandler {
   return (req, res) => {
+    refuseUnreadBody(req, res);
     if (req.method === "GET" || req.method === "HEAD") res.setHeader("cache-control", "private, no-store");
     for (const part of parts) if (part(req, res)) return;
     res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
