@@ -168,6 +168,25 @@ describe("HTTP/2: a request head trickled inside a frame cannot hold the connect
     expect(c.received(FRAME.HEADERS)).toEqual([]);
   });
 
+  it("a late PING answer behind frames the server goes on reading is no stalled frame; once frames stop too, it is", async () => {
+    // A PING answer can wait behind frames the server has not read yet (a busy server): the
+    // client here never answers, and sends whole DATA frames; the server sees them processed.
+    const c = await RawH2.open(t.server.port);
+    await eventually(() => c.received(FRAME.SETTINGS).length > 0, 5000);
+    c.send(frame(FRAME.HEADERS, FLAG.END_HEADERS, 1, HEADERS));
+    c.insideBlock(true);
+    const started = performance.now();
+    while (performance.now() - started < 3 * HEAD_TIMEOUT_MS && !c.closed) {
+      c.socket.write(frame(FRAME.DATA, 0, 1, Buffer.from([0])));
+      await new Promise((resolve) => setTimeout(resolve, 200));
+    }
+    expect(c.closed).toBe(false);
+    expect(c.pings).toBeGreaterThanOrEqual(1);
+    expect(c.answeredPings).toBe(0);
+    // Nothing more comes, the PING stays unanswered: now it is cut.
+    expect(await eventually(() => c.closed, 5000)).toBe(true);
+  });
+
   it("a client that sends whole frames slowly is not cut: it answers every PING", async () => {
     const session = http2.connect(t.url);
     session.on("error", () => {});

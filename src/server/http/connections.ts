@@ -58,8 +58,10 @@ interface Activity {
 /** An HTTP/2 connection's PING probe (see the file comment). */
 interface Probe {
   lastRead: number;
-  /** performance.now() when the unanswered PING was sent. */
+  /** performance.now() when the unanswered PING was sent, or frames were last seen processed since. */
   sentAt?: number;
+  /** What the session had processed then (`framesSeen`). */
+  seen?: string;
 }
 
 export class Connections {
@@ -258,8 +260,11 @@ export class Connections {
   /**
    * The HTTP/2 head deadline. A session that has sent bytes since its last answered PING is
    * sent one; a PING unanswered after the deadline means the peer is inside a frame it does
-   * not finish. The check waits for the I/O already received, so a server that was busy does
-   * not mistake an answer it has not read yet for a missing one.
+   * not finish — unless the session went on processing frames meanwhile, which no peer inside
+   * a frame can make it do: then the server is only behind in reading (the answer waits
+   * behind those frames) and the wait starts again. The check also lets the I/O already
+   * received be read first, so a server that was busy does not take an answer it has not
+   * read yet for a missing one.
    */
   private probe(): void {
     const now = performance.now();
@@ -267,12 +272,16 @@ export class Connections {
     for (const [session, probe] of this.probes) {
       if (session.destroyed || session.closed || !session.socket) continue;
       if (probe.sentAt !== undefined) {
-        if (now - probe.sentAt >= this.limits.requestHeadTimeoutMs) overdue.push(session);
+        if (now - probe.sentAt < this.limits.requestHeadTimeoutMs) continue;
+        const seen = framesSeen(session);
+        if (seen === probe.seen) overdue.push(session);
+        else Object.assign(probe, { sentAt: now, seen });
         continue;
       }
       const read = session.socket.bytesRead;
       if (read === probe.lastRead) continue;
       probe.sentAt = now;
+      probe.seen = framesSeen(session);
       try {
         session.ping((err) => {
           if (err) return;
@@ -287,7 +296,8 @@ export class Connections {
     if (overdue.length === 0) return;
     setImmediate(() => {
       for (const session of overdue) {
-        if (session.destroyed || this.probes.get(session)?.sentAt === undefined) continue;
+        const probe = this.probes.get(session);
+        if (session.destroyed || probe?.sentAt === undefined || framesSeen(session) !== probe.seen) continue;
         this.events.closed?.("request_head_timeout");
         session.destroy();
       }
@@ -335,6 +345,17 @@ export class Connections {
     }
     clearTimeout(deadline);
   }
+}
+
+/**
+ * What a session has processed, as far as Node tells: it changes with the DATA, WINDOW_UPDATE
+ * and new streams' HEADERS frames read — and never inside one header block (its
+ * CONTINUATION frames leave all of it as it was; the header table is left out, since a peer
+ * may grow it with each piece of a block it never finishes).
+ */
+function framesSeen(session: http2.Http2Session): string {
+  const state = session.state;
+  return `${state.effectiveRecvDataLength}/${state.lastProcStreamID}/${state.localWindowSize}/${state.remoteWindowSize}`;
 }
 
 function endQuiet(activity: Activity): void {
