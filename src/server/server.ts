@@ -129,6 +129,16 @@ export interface ServerOptions {
   maxJsonDepth?: number;
   /** A connection must send the HTTP/2 preface or an HTTP/1.1 request head within this; default 10 s. */
   handshakeTimeoutMs?: number;
+  /** Every request head (HTTP/2: every frame) must arrive whole within this once it has begun; default 10 s. */
+  requestHeadTimeoutMs?: number;
+  /** Connections one peer address may have open at once; 0 = no limit. Default 256. */
+  maxConnectionsPerPeer?: number;
+  /** Streaming calls open at once on the server; default 10,000. */
+  maxOpenStreams?: number;
+  /** Streams of the services open without a token (health Watch, reflection) opened without one, server-wide; default 1,000. */
+  maxUnauthenticatedStreams?: number;
+  /** The same on one connection; default 8. */
+  maxUnauthenticatedStreamsPerConnection?: number;
   /** A connection with no request in progress is closed after this; 0 = never. Default 120 s. */
   idleTimeoutMs?: number;
   /** Browser origins allowed by CORS ("*" = any); absent or empty = CORS off. */
@@ -189,7 +199,12 @@ export const DEFAULTS = {
   requestBodyTimeoutMs: 30_000,
   maxJsonDepth: 64,
   handshakeTimeoutMs: 10_000,
+  requestHeadTimeoutMs: 10_000,
   idleTimeoutMs: 120_000,
+  maxConnectionsPerPeer: 256,
+  maxOpenStreams: 10_000,
+  maxUnauthenticatedStreams: 1_000,
+  maxUnauthenticatedStreamsPerConnection: 8,
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
@@ -306,7 +321,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await runPrune(core, messaging, storage, storageHealth, logger, { tasks, deliveries });
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
   const healthTimer = setInterval(() => {
-    void storage.ping().then((up) => storageHealth.setReachable(up));
+    void storageHealth.refresh(() => storage.ping());
   }, options.healthCheckIntervalMs ?? DEFAULTS.healthCheckIntervalMs).unref();
 
   const shutdown = new AbortController();
@@ -356,14 +371,25 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       requestBodyTimeoutMs: options.requestBodyTimeoutMs ?? DEFAULTS.requestBodyTimeoutMs,
       maxJsonDepth: options.maxJsonDepth ?? DEFAULTS.maxJsonDepth,
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs,
+      requestHeadTimeoutMs: options.requestHeadTimeoutMs ?? DEFAULTS.requestHeadTimeoutMs,
       idleTimeoutMs: options.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
+      maxConnectionsPerPeer: options.maxConnectionsPerPeer ?? DEFAULTS.maxConnectionsPerPeer,
+      maxOpenStreams: options.maxOpenStreams ?? DEFAULTS.maxOpenStreams,
+      maxUnauthenticatedStreams: options.maxUnauthenticatedStreams ?? DEFAULTS.maxUnauthenticatedStreams,
+      maxUnauthenticatedStreamsPerConnection: options.maxUnauthenticatedStreamsPerConnection ?? DEFAULTS.maxUnauthenticatedStreamsPerConnection,
       readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
       writeMaxBytes: 16 * 1024 * 1024,
       compressMinBytes: options.compressMinBytes ?? DEFAULTS.compressMinBytes,
     },
     corsOrigins: options.corsOrigins ?? [],
-    // Ready once started and until stopping, while the database answers a trivial query.
-    readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => storage.ping() },
+    // Ready once started and until stopping, while the database serves: what health reports, asked afresh.
+    readiness: {
+      notReady: async () => {
+        if (phase !== "serving") return phase;
+        await storageHealth.refresh(() => storage.ping());
+        return storageHealth.notServing();
+      },
+    },
     metrics,
     metricsListener: options.metricsListener,
     console: createConsole(loadConsole(options.consoleDir ?? defaultConsoleDir())),
