@@ -321,7 +321,7 @@ describe("the inbox for other senders, and InboxSubscription", () => {
             kind: "cancel_request",
             cancel: { taskId: "task-1", runId: "run-9", session: { agentId: "ops", sessionKey: OPS }, requestedBy: { agentId: "main", sessionKey: MAIN } },
           },
-        }),
+        }, t.server.core.inboxLimit),
       );
       expect(queued.itemId).toMatch(/^inb_[0-9a-f]{32}$/);
       const item = await ops.nth(1);

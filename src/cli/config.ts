@@ -19,6 +19,7 @@ import {
 } from "../core/coordination/messaging.js";
 import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
 import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
+import { MAX_INBOX_ITEMS_LIMIT } from "../core/coordination/inbox.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { DEFAULT_WINDOW_BYTES } from "../server/http/listener.js";
@@ -68,6 +69,7 @@ export const SETTINGS: Setting[] = [
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
   { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
   { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
+  { flag: "max-inbox-items-per-agent", env: "SESSIONSTATE_MAX_INBOX_ITEMS_PER_AGENT", description: "Most items (messages, replies, cancel requests) queued and not acked in one agent's inbox; a call that would queue one more answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxInboxItemsPerAgent) },
   { flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
   { flag: "upstream-skim-budget", env: "SESSIONSTATE_UPSTREAM_SKIM_BUDGET_BYTES", description: "Bytes per local link and tick the service's own scan may pass over, by a newline search, inside transcript rows whose first bytes show they are not a human turn (0 = tokenize every byte within the 1 MiB per-tick budget)", default: String(DEFAULTS.upstreamSkimBudgetBytes) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
@@ -164,6 +166,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamSkimBudgetBytes: int("upstream-skim-budget", 0, 4 * 1024 * 1024 * 1024),
     redactPatterns: redactPatterns(value("redact-patterns")),
     maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
+    maxInboxItemsPerAgent: int("max-inbox-items-per-agent", 1, MAX_INBOX_ITEMS_LIMIT),
     startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
     maxStreamsPerConnection: int("max-streams-per-connection", 1, 10_000),
     // RFC 9113 §6.9.1: a window may not exceed 2^31 − 1, nor start below the protocol's own.

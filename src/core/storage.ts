@@ -434,16 +434,26 @@ export interface InboxRow {
 }
 
 export interface InboxRows {
-  /** Queues an item; returns its sequence (one global sequence, never reused). */
+  /**
+   * Takes the agent's queue for the rest of the transaction and returns how many items it
+   * holds. Queuing calls it before `insertItem`: units that queue for one agent then take
+   * turns, so the agent's items get their sequences in commit order (PostgreSQL: the lock of
+   * the agent's count row; SQLite serialises every write anyway).
+   */
+  takeQueue(agentId: string): Awaitable<number>;
+  /** Queues an item, counted in its agent's queue; returns its sequence (one global sequence, never reused). */
   insertItem(row: Omit<InboxRow, "sequence">): Awaitable<number>;
   /**
    * The agent's items (of every session, or only of `sessionKeys`) with a sequence above
    * `afterSequence`, oldest first, at most `limit`.
    */
   pendingItems(agentId: string, sessionKeys: readonly string[] | undefined, afterSequence: number, limit: number): Awaitable<InboxRow[]>;
-  /** Removes those of `itemIds` that are in the agent's inbox; returns the removed rows. */
+  /** Those of `itemIds` that are in the agent's inbox (read only). */
+  items(agentId: string, itemIds: readonly string[]): Awaitable<InboxRow[]>;
+  /** Removes those of `itemIds` that are in the agent's inbox, uncounting them; returns the removed rows. */
   deleteItems(agentId: string, itemIds: readonly string[]): Awaitable<InboxRow[]>;
-  countItems(): Awaitable<number>;
+  /** Items queued now: all agents together, and in the fullest agent's inbox. */
+  queueSizes(): Awaitable<{ total: number; largest: number }>;
 }
 
 export interface MessagingRows {

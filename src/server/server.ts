@@ -15,6 +15,7 @@ import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { WalWrites } from "../core/sqlite/walWrites.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
+import { DEFAULT_MAX_INBOX_ITEMS } from "../core/coordination/inbox.js";
 import { Messaging } from "../core/coordination/messaging.js";
 import { checkTaskLimits, DEFAULT_TASK_LIMITS, linkedTaskSource, spawnTaskHook, TaskRegistry } from "../core/coordination/tasks.js";
 import { checkDeliveryLimits, DEFAULT_DELIVERY_LIMITS, Deliveries } from "../core/coordination/deliveries.js";
@@ -50,6 +51,8 @@ export interface ServerOptions {
   healthCheckIntervalMs?: number;
   /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
   maxWatchersPerTarget?: number;
+  /** Most items one agent's inbox holds; one more is RESOURCE_EXHAUSTED. Default 10,000. */
+  maxInboxItemsPerAgent?: number;
   /**
    * Check the stored data at start-up (SQLite: `PRAGMA quick_check`) when the database is at
    * most this many bytes; 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING
@@ -184,6 +187,7 @@ export const DEFAULTS = {
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
+  maxInboxItemsPerAgent: DEFAULT_MAX_INBOX_ITEMS,
   taskSummaryMaxChars: DEFAULT_TASK_LIMITS.summaryMaxChars,
   taskListMax: DEFAULT_TASK_LIMITS.listMax,
   taskRecentMinutes: DEFAULT_TASK_LIMITS.recentMs / 60_000,
@@ -228,6 +232,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
     maxWatchersPerTarget: options.maxWatchersPerTarget,
+    maxInboxItemsPerAgent: options.maxInboxItemsPerAgent,
     maxSpawnDepth: options.maxSpawnDepth,
     metrics,
     // The task registry (SPEC §6) registers each spawn's task here, in the spawn's transaction.

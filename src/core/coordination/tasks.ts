@@ -251,7 +251,7 @@ export class TaskRegistry {
       }
       if (task.cancelRequestedAt !== undefined) return { task, alreadyRequested: true, cancelRequestId: task.cancelRequestId };
       const requestedBy = viewer.kind === "requester" ? viewer.session : undefined;
-      const cancelRequestId = await queueCancelRequest(ctx, { taskId, runId: task.runId, session: task.session, requestedBy });
+      const cancelRequestId = await queueCancelRequest(ctx, { taskId, runId: task.runId, session: task.session, requestedBy }, this.tools.state.inboxLimit);
       const updated: TaskRecord = { ...task, cancelRequestedAt: ctx.now, cancelRequestedBy: requestedBy, cancelRequestId, updatedAt: ctx.now };
       await ctx.tx.tasks.updateTask(updated);
       return { task: updated, alreadyRequested: false, cancelRequestId };

@@ -293,6 +293,15 @@ const MIGRATIONS: string[] = [
   `
   DROP INDEX IF EXISTS cursors_by_update;
   `,
+  // How many items each agent's inbox holds (the limit's count, kept with every queue and
+  // ack); its row's lock is what makes an agent's items commit in sequence order.
+  `
+  CREATE TABLE inbox_queues (
+    agent_id  text COLLATE "C" PRIMARY KEY,
+    queued    integer NOT NULL
+  );
+  INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

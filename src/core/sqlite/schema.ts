@@ -363,6 +363,14 @@ const MIGRATIONS: string[] = [
   CREATE INDEX deliveries_pending ON delivery_operations (agent_id, position) WHERE state = 'pending';
   CREATE INDEX deliveries_by_completion ON delivery_operations (completed_at) WHERE completed_at IS NOT NULL;
   `,
+  // How many items each agent's inbox holds (the limit's count, kept with every queue and ack).
+  `
+  CREATE TABLE inbox_queues (
+    agent_id  TEXT PRIMARY KEY,
+    queued    INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

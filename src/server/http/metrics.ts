@@ -51,6 +51,7 @@ export class ServerMetrics implements CoreMetrics {
   private readonly prunedRows: Counter<"table">;
   private readonly closedConnections: Counter<"reason">;
   private readonly refusals: Counter<"limit">;
+  private readonly inboxRows: Counter;
 
   constructor() {
     const registers = [this.registry];
@@ -110,8 +111,13 @@ export class ServerMetrics implements CoreMetrics {
     });
     this.refusals = new Counter({
       name: "sessionstate_limit_refusals_total",
-      help: "Requests refused by a front-door limit (inflight_request_bytes, request_body_timeout, json_depth)",
+      help: "Requests refused by a limit (front door: inflight_request_bytes, request_body_timeout, json_depth; inbox_items_per_agent)",
       labelNames: ["limit"],
+      registers,
+    });
+    this.inboxRows = new Counter({
+      name: "sessionstate_inbox_rows_read_total",
+      help: "Queued inbox items read by StreamInbox streams (replays and wake-ups; a wake-up reads only the items after the stream's position)",
       registers,
     });
   }
@@ -144,6 +150,17 @@ export class ServerMetrics implements CoreMetrics {
       registers,
       async collect() {
         this.set(await sources.store.pendingNotices());
+      },
+    });
+    new Gauge({
+      name: "sessionstate_inbox_items_queued",
+      help: "Inbox items queued and not acked, across every replica: all agents (of=all), and in the fullest agent's inbox (of=largest; limit: --max-inbox-items-per-agent)",
+      labelNames: ["of"],
+      registers,
+      async collect() {
+        const queues = await sources.store.inboxQueues();
+        this.set({ of: "all" }, queues.total);
+        this.set({ of: "largest" }, queues.largest);
       },
     });
     new Gauge({
@@ -249,6 +266,10 @@ export class ServerMetrics implements CoreMetrics {
 
   noticesFannedOut(seconds: number): void {
     this.fanOut.observe(seconds);
+  }
+
+  inboxRowsRead(rows: number): void {
+    this.inboxRows.inc(rows);
   }
 
   pruned(removedEvents: number, removedCursors: number): void {
