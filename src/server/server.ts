@@ -64,6 +64,8 @@ export interface ServerOptions {
   walCheckpoint?: WalCheckpointMode;
   /** SQLite: how commits reach the WAL file (core/sqlite/walWrites.ts); default gathered. */
   walWrites?: WalWrites;
+  /** SQLite: where the serve lock by device and inode goes (core/sqlite/processLock.ts); default a private directory per user in the temporary directory. */
+  serveLockDir?: string;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
   pruneIntervalMs?: number;
@@ -222,6 +224,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     synchronous: options.synchronous,
     walCheckpoint: options.walCheckpoint,
     walWrites: options.walWrites,
+    serveLockDir: options.serveLockDir,
     poolSize: options.poolSize,
     metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),
