@@ -392,6 +392,9 @@ export type SendToSessionRequest = Message<"sessionstate.v1.SendToSessionRequest
   /**
    * True: after the message is stored (routing succeeded), the sender watches the session
    * that actually received it, from its current stateVersion (SPEC §3.1 explicit watch).
+   * The watch takes WatchService.Watch's rule: a gateway token needs the target's agent too
+   * (a watch reads its target); without it the message still goes, and the answer says
+   * watched false with Watch's denial in watch_reason.
    *
    * @generated from field: bool watch = 9;
    */
@@ -451,7 +454,8 @@ export type SendToSessionResponse = Message<"sessionstate.v1.SendToSessionRespon
 
   /**
    * With watch: why the sender does not watch (for example a sender key that is not
-   * agent-qualified, or the target's watcher limit). Empty otherwise.
+   * agent-qualified, the target's watcher limit, or a token without the target's agent).
+   * Empty otherwise.
    *
    * @generated from field: string watch_reason = 7;
    */

@@ -19,6 +19,7 @@
  * in this process after commit and from other replicas through the backend, and re-reads the
  * exchange row, which stays the truth.
  */
+import { watchDenial, type Principal } from "../access.js";
 import { DomainError, failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import { checkAgentId, checkNotThreadScoped, resolveSession, threadParentKey, type SessionId } from "../keys.js";
 import type { SessionTools, RequesterRequest } from "../sessionTools.js";
@@ -74,6 +75,8 @@ export interface SendRequest {
   /** undefined = the default (30 s, at most the limit). */
   timeoutSeconds?: number;
   watch: boolean;
+  /** Who calls (its token), for watch: a watch needs the target's agent too (access.ts watchAgents); undefined = no authentication. */
+  caller?: Principal;
   /** Aborts the wait (the call was cancelled): it ends like a timeout. */
   signal?: AbortSignal;
 }
@@ -201,11 +204,17 @@ export class Messaging {
     // Routing succeeded: the watch is on the session that actually received the message.
     let watch: WatchResult | undefined;
     if (request.watch) {
-      try {
-        watch = await this.tools.state.watch(sender.sessionKey, target);
-      } catch (err) {
-        if (!(err instanceof DomainError) || err.storageCode !== undefined) throw err;
-        watch = { watched: false, reason: err.message };
+      // The same rule as WatchService/Watch: outside it the message still went, unwatched.
+      const denial = watchDenial(request.caller, sender.sessionKey, target);
+      if (denial !== undefined) {
+        watch = { watched: false, reason: denial };
+      } else {
+        try {
+          watch = await this.tools.state.watch(sender.sessionKey, target);
+        } catch (err) {
+          if (!(err instanceof DomainError) || err.storageCode !== undefined) throw err;
+          watch = { watched: false, reason: err.message };
+        }
       }
     }
     const base = { messageId: message.messageId, target, watch };

@@ -19,6 +19,7 @@ import {
   SEND_STATUS,
   sendTargetOf,
 } from "../convertMessaging.js";
+import { principalKey } from "../auth/interceptor.js";
 import { SubscriberQueue } from "../subscriberQueue.js";
 import type { StreamSettings } from "./watchService.js";
 
@@ -32,6 +33,7 @@ export function messagingService(core: SessionState, messaging: Messaging, setti
         text: req.text,
         timeoutSeconds: req.timeoutSeconds,
         watch: req.watch,
+        caller: ctx.values.get(principalKey),
         signal: ctx.signal,
       });
       const watch = result.watch;
