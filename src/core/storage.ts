@@ -473,12 +473,15 @@ export interface MessagingRows {
 // ---- Task registry (SPEC §6) -------------------------------------------------------------------------
 
 export interface TaskRows {
-  task(taskId: string): Awaitable<TaskRecord | undefined>;
+  /** The agent's task with this id (task ids are unique per agent). */
+  task(agentId: string, taskId: string): Awaitable<TaskRecord | undefined>;
+  /** The tasks of every agent with this id, at most `limit`. */
+  tasksWithId(taskId: string, limit: number): Awaitable<TaskRecord[]>;
   insertTask(task: TaskRecord): Awaitable<void>;
   updateTask(task: TaskRecord): Awaitable<void>;
   /**
    * Tasks whose session is registered and matches the filter, newest update first (then task
-   * id), after `filter.after`, at most `filter.limit`.
+   * id, then agent), after `filter.after`, at most `filter.limit`.
    */
   listTasks(filter: TaskFilter): Awaitable<TaskRecord[]>;
   /**

@@ -642,8 +642,9 @@ export type ReplyToMessageRequest = Message<"sessionstate.v1.ReplyToMessageReque
   messageId: string;
 
   /**
-   * The session that replies: the message's receiving session (FAILED_PRECONDITION
-   * otherwise). session_key is a key (see "Text rules" in session.proto).
+   * The session that replies: the message's receiving session. A message sent to another
+   * session answers NOT_FOUND exactly as an unknown message_id does (naming nothing of whom
+   * it was for). session_key is a key (see "Text rules" in session.proto).
    *
    * @generated from field: sessionstate.v1.SessionRef responder = 2;
    */

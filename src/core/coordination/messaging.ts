@@ -352,9 +352,9 @@ export class Messaging {
     if (request.text === "" && !request.failed) throw invalidArgument("text", "must not be empty (an empty text only goes with failed: true)");
     const found = await this.store.read(async (tx) => {
       const m = await tx.messaging.message(request.messageId);
-      return m && (await tx.messaging.exchange(m.exchangeId));
+      return m && sameSession(m.recipient, responder) ? tx.messaging.exchange(m.exchangeId) : undefined;
     });
-    if (!found) throw notFound(`message "${request.messageId}" is not known`);
+    if (!found) throw unknownMessage(request.messageId, responder);
     const { result, heldUntil } = await this.store.write((ctx) => this.replyUnit(ctx, request, responder), { lock: [found.sender, found.target] });
     // Held for a waiting sender: if that call is gone by its deadline, the reply goes to its inbox then.
     if (heldUntil !== undefined) this.sweepAt(heldUntil);
@@ -373,13 +373,8 @@ export class Messaging {
 
   private async replyUnit(ctx: WriteContext, request: ReplyRequest, responder: SessionId): Promise<{ result: ReplyResult; heldUntil?: number }> {
     const m = await ctx.tx.messaging.message(request.messageId);
-    const x = m && (await ctx.tx.messaging.exchange(m.exchangeId));
-    if (!m || !x) throw notFound(`message "${request.messageId}" is not known`);
-    if (!sameSession(m.recipient, responder)) {
-      throw failedPrecondition(
-        `message "${m.messageId}" was sent to "${m.recipient.sessionKey}" (agent ${m.recipient.agentId}); "${responder.sessionKey}" (agent ${responder.agentId}) cannot answer it`,
-      );
-    }
+    const x = m && sameSession(m.recipient, responder) ? await ctx.tx.messaging.exchange(m.exchangeId) : undefined;
+    if (!m || !x) throw unknownMessage(request.messageId, responder);
     const earlier = await ctx.tx.messaging.messageAtTurn(x.exchangeId, m.turn + 1);
     if (earlier) {
       const ended = x.end !== "" && x.turns === earlier.turn;
@@ -521,6 +516,15 @@ export class Messaging {
     for (const timer of this.sweeps) clearTimeout(timer);
     this.sweeps.clear();
   }
+}
+
+/**
+ * NOT_FOUND for a message the responder did not receive: the same answer whether the id names
+ * nothing or another session's message, so a reply cannot tell the two apart, nor learn
+ * whom another message was for.
+ */
+function unknownMessage(messageId: string, responder: SessionId): DomainError {
+  return notFound(`no message "${messageId}" was sent to "${responder.sessionKey}" (agent ${responder.agentId}), so it has nothing to answer`);
 }
 
 function view(m: StoredInterSessionMessage, replyExpected: boolean, inReplyTo: string): InterSessionMessage {

@@ -302,6 +302,14 @@ const MIGRATIONS: string[] = [
   );
   INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
   `,
+  // Task ids are unique per agent, as on SQLite.
+  `
+  ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
+  ALTER TABLE tasks ADD PRIMARY KEY (agent_id, task_id);
+  DROP INDEX tasks_by_update;
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id, agent_id);
+  CREATE INDEX tasks_by_id ON tasks (task_id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

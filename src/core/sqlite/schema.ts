@@ -371,6 +371,38 @@ const MIGRATIONS: string[] = [
   ) WITHOUT ROWID;
   INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
   `,
+  // Task ids are unique per agent, not across agents: an id another agent uses is no
+  // business of this one (it neither collides nor tells that it exists).
+  `
+  CREATE TABLE tasks_per_agent (
+    task_id              TEXT NOT NULL,
+    agent_id             TEXT NOT NULL,
+    session_key          TEXT NOT NULL,
+    kind                 TEXT NOT NULL,
+    state                TEXT NOT NULL,
+    run_id               TEXT NOT NULL DEFAULT '',
+    summary              TEXT NOT NULL DEFAULT '',
+    status_message       TEXT NOT NULL DEFAULT '',
+    timed_out            INTEGER NOT NULL DEFAULT 0,
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL,
+    started_at           INTEGER,
+    ended_at             INTEGER,
+    cancel_requested_at  INTEGER,
+    cancel_requested_by  TEXT NOT NULL DEFAULT '',
+    cancel_requested_by_agent  TEXT NOT NULL DEFAULT '',
+    cancel_request_id    TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (agent_id, task_id)
+  ) WITHOUT ROWID;
+  INSERT INTO tasks_per_agent SELECT task_id, agent_id, session_key, kind, state, run_id, summary, status_message, timed_out,
+    created_at, updated_at, started_at, ended_at, cancel_requested_at, cancel_requested_by, cancel_requested_by_agent, cancel_request_id FROM tasks;
+  DROP TABLE tasks;
+  ALTER TABLE tasks_per_agent RENAME TO tasks;
+  CREATE INDEX tasks_by_session ON tasks (agent_id, session_key, updated_at);
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id, agent_id);
+  CREATE INDEX tasks_by_end ON tasks (ended_at) WHERE ended_at IS NOT NULL;
+  CREATE INDEX tasks_by_id ON tasks (task_id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
