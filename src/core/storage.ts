@@ -221,8 +221,8 @@ export interface RegistryRows {
   session(session: SessionId): Awaitable<SessionRecord | undefined>;
   /** The stored columns only (no derived fields). */
   sessionFields(session: SessionId): Awaitable<SessionFields | undefined>;
-  /** The session that currently has this session id. */
-  sessionWithId(sessionId: string): Awaitable<SessionId | undefined>;
+  /** The agent's session that currently has this session id (session ids are unique per agent). */
+  sessionWithId(agentId: string, sessionId: string): Awaitable<SessionId | undefined>;
   insertSession(fields: SessionFields): Awaitable<void>;
   updateSession(fields: SessionFields): Awaitable<void>;
   touchSession(session: SessionId, updatedAt: number): Awaitable<void>;
@@ -233,8 +233,11 @@ export interface RegistryRows {
   sessionsWithParent(sessions: readonly SessionId[]): Awaitable<SessionId[]>;
   /** The parent chain, parent first, at most `maxDepth` long (cycle-safe). */
   ancestorsOf(session: SessionId, maxDepth: number): Awaitable<SessionId[]>;
-  /** The session whose current or an earlier transcript has this session id (current first, then newest). */
-  findSessionId(sessionId: string): Awaitable<TranscriptRef | undefined>;
+  /**
+   * The sessions, of every agent, whose current or an earlier transcript has this session id:
+   * current ids first, then the newest earlier ones, at most `limit`.
+   */
+  findSessionId(sessionId: string, limit: number): Awaitable<TranscriptRef[]>;
 }
 
 // ---- Watch cursors (SPEC §3.1, §3.2) ------------------------------------------------------------

@@ -357,7 +357,8 @@ export type SendToSessionRequest = Message<"sessionstate.v1.SendToSessionRequest
   } | {
     /**
      * By a known session id (current or earlier transcript) of a visible session; one-line
-     * text, at most 128 bytes. Unknown or not visible is NOT_FOUND.
+     * text, at most 128 bytes. Unknown or not visible is NOT_FOUND; visible sessions of
+     * several agents with that id are FAILED_PRECONDITION.
      *
      * @generated from field: string session_id = 5;
      */

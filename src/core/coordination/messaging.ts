@@ -24,7 +24,7 @@ import { DomainError, failedPrecondition, invalidArgument, notFound } from "../e
 import { checkAgentId, checkNotThreadScoped, resolveSession, threadParentKey, type SessionId } from "../keys.js";
 import type { SessionTools, RequesterRequest } from "../sessionTools.js";
 import type { WatchResult } from "../sessionState.js";
-import { sameSession, scopeOf, unknownSessionId, type Viewer } from "../transcript/visibility.js";
+import { sameSession, scopeOf, type Viewer } from "../transcript/visibility.js";
 import { checkBytes, checkOneLine, checkRange } from "../validation.js";
 import type { WatchableStore, WriteContext } from "../watchableStore.js";
 import {
@@ -244,9 +244,7 @@ export class Messaging {
       field = "session_id";
       checkOneLine("session_id", target.sessionId, 128);
       if (target.sessionId === "") throw invalidArgument("session_id", "must not be empty");
-      const found = await this.tools.transcripts.findSessionId(target.sessionId);
-      if (!found || !(await this.tools.isVisible(viewer, found.session, "write"))) throw unknownSessionId(viewer, target.sessionId);
-      session = found.session;
+      session = (await this.tools.sessionOfId(viewer, target.sessionId, "write")).session;
     }
     // A label or id that names a thread is refused like a thread key: use the parent channel.
     const parent = threadParentKey(session.sessionKey);

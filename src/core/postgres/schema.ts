@@ -310,6 +310,12 @@ const MIGRATIONS: string[] = [
   CREATE INDEX tasks_by_update ON tasks (updated_at, task_id, agent_id);
   CREATE INDEX tasks_by_id ON tasks (task_id);
   `,
+  // Session ids are unique per agent too, as on SQLite.
+  `
+  ALTER TABLE sessions DROP CONSTRAINT sessions_session_id_key;
+  ALTER TABLE sessions ADD CONSTRAINT sessions_session_id_per_agent UNIQUE (agent_id, session_id);
+  CREATE INDEX sessions_by_session_id ON sessions (session_id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;

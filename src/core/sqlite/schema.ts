@@ -403,6 +403,56 @@ const MIGRATIONS: string[] = [
   CREATE INDEX tasks_by_end ON tasks (ended_at) WHERE ended_at IS NOT NULL;
   CREATE INDEX tasks_by_id ON tasks (task_id);
   `,
+  // Session ids are unique per agent too, for the same reason. SQLite cannot drop a column's
+  // UNIQUE, so the table is made again (its trigger and indexes with it).
+  `
+  CREATE TABLE sessions_per_agent (
+    agent_id          TEXT NOT NULL,
+    session_key       TEXT NOT NULL,
+    session_id        TEXT NOT NULL,
+    kind              TEXT NOT NULL,
+    channel           TEXT NOT NULL DEFAULT '',
+    label             TEXT NOT NULL DEFAULT '',
+    parent_agent_id   TEXT NOT NULL DEFAULT '',
+    parent_key        TEXT NOT NULL DEFAULT '',
+    model             TEXT NOT NULL DEFAULT '',
+    context_tokens    INTEGER NOT NULL DEFAULT 0,
+    total_tokens      INTEGER NOT NULL DEFAULT 0,
+    run_status        TEXT NOT NULL DEFAULT 'idle',
+    last_run_aborted  INTEGER NOT NULL DEFAULT 0,
+    archived          INTEGER NOT NULL DEFAULT 0,
+    pinned            INTEGER NOT NULL DEFAULT 0,
+    origin            TEXT,
+    delivery_context  TEXT,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    sidebar_icon      TEXT NOT NULL DEFAULT '',
+    thinking_level    TEXT NOT NULL DEFAULT '',
+    spawn             TEXT,
+    sandboxed         INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (agent_id, session_key),
+    UNIQUE (agent_id, session_id)
+  ) WITHOUT ROWID;
+  INSERT INTO sessions_per_agent (agent_id, session_key, session_id, kind, channel, label, parent_agent_id, parent_key, model,
+      context_tokens, total_tokens, run_status, last_run_aborted, archived, pinned, origin, delivery_context, created_at, updated_at,
+      sidebar_icon, thinking_level, spawn, sandboxed)
+    SELECT agent_id, session_key, session_id, kind, channel, label, parent_agent_id, parent_key, model,
+      context_tokens, total_tokens, run_status, last_run_aborted, archived, pinned, origin, delivery_context, created_at, updated_at,
+      sidebar_icon, thinking_level, spawn, sandboxed FROM sessions;
+  DROP TABLE sessions;
+  ALTER TABLE sessions_per_agent RENAME TO sessions;
+  CREATE INDEX sessions_by_parent ON sessions (parent_agent_id, parent_key);
+  CREATE INDEX sessions_by_update ON sessions (updated_at);
+  CREATE INDEX sessions_by_session_id ON sessions (session_id);
+  -- Deleting a session removes its transcripts (every session id) and its selection in the
+  -- same transaction, whichever code path deletes the row.
+  CREATE TRIGGER sessions_delete_tool_state AFTER DELETE ON sessions BEGIN
+    DELETE FROM transcript_messages WHERE transcript_id IN
+      (SELECT id FROM transcripts WHERE agent_id = old.agent_id AND session_key = old.session_key);
+    DELETE FROM transcripts WHERE agent_id = old.agent_id AND session_key = old.session_key;
+    DELETE FROM session_model_selections WHERE agent_id = old.agent_id AND session_key = old.session_key;
+  END;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
