@@ -320,8 +320,8 @@ const MIGRATIONS: string[] = [
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
-/** Brings the database up to SCHEMA_VERSION; safe to call from several replicas at once. */
-export async function migrate(pool: pg.Pool): Promise<void> {
+/** Brings the database up to `upTo` (default SCHEMA_VERSION); safe to call from several replicas at once. */
+export async function migrate(pool: pg.Pool, upTo = MIGRATIONS.length): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
@@ -332,7 +332,7 @@ export async function migrate(pool: pg.Pool): Promise<void> {
       if (current > MIGRATIONS.length) {
         throw new Error(`database schema version ${current} is newer than this build knows (${MIGRATIONS.length}); refusing to use it`);
       }
-      for (let version = current; version < MIGRATIONS.length; version++) {
+      for (let version = current; version < upTo; version++) {
         await client.query("BEGIN");
         try {
           await client.query(MIGRATIONS[version]);

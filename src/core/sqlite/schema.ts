@@ -457,14 +457,15 @@ const MIGRATIONS: string[] = [
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
-export function migrate(db: Database.Database): void {
+/** Brings the database up to `upTo` (default SCHEMA_VERSION; tests stop earlier to migrate data they wrote). */
+export function migrate(db: Database.Database, upTo = MIGRATIONS.length): void {
   const current = db.pragma("user_version", { simple: true }) as number;
   if (current > MIGRATIONS.length) {
     throw new Error(
       `database schema version ${current} is newer than this build knows (${MIGRATIONS.length}); refusing to open it`,
     );
   }
-  for (let version = current; version < MIGRATIONS.length; version++) {
+  for (let version = current; version < upTo; version++) {
     db.transaction(() => {
       db.exec(MIGRATIONS[version]);
       db.pragma(`user_version = ${version + 1}`);
