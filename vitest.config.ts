@@ -11,6 +11,7 @@ const BOTH_BACKENDS = [
   "test/messaging*.test.ts",
   "test/signal-log.test.ts",
   "test/prune-batches.test.ts",
+  "test/schema-migrations.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
   "test/event-wire.test.ts",

@@ -20,6 +20,7 @@ import {
 } from "../core/coordination/messaging.js";
 import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
 import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
+import { MAX_INBOX_ITEMS_LIMIT } from "../core/coordination/inbox.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { DEFAULT_WINDOW_BYTES } from "../server/http/listener.js";
@@ -58,6 +59,7 @@ export const SETTINGS: Setting[] = [
   { flag: "synchronous", env: "SESSIONSTATE_SYNCHRONOUS", description: "SQLite synchronous: normal or full", default: "normal" },
   { flag: "wal-checkpoint", env: "SESSIONSTATE_WAL_CHECKPOINT", description: "SQLite: who folds the WAL back into the file: background (a worker thread, once writes begin) or inline (the committing connection)", default: "background" },
   { flag: "wal-writes", env: "SESSIONSTATE_WAL_WRITES", description: "SQLite: how a commit reaches the WAL file: gathered (one write per commit, through the library the build makes; direct when it is missing) or direct (SQLite's two writes per page)", default: "gathered" },
+  { flag: "serve-lock-dir", env: "SESSIONSTATE_SERVE_LOCK_DIR", description: "SQLite: folder of the serve locks by device and inode, which refuse a second server on the same file under another name (a hard link); servers that must exclude each other share it. None = a folder private to the user in the temporary directory", default: "" },
   { flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
   { flag: "notice-buffer", env: "SESSIONSTATE_NOTICE_BUFFER", description: "Notices queued for one StreamNotices subscriber that does not read; beyond it its stream ends with RESOURCE_EXHAUSTED (a re-subscribe replays what is pending)", default: String(DEFAULTS.streamBufferCapacity) },
   { flag: "max-stream-events-in-flight", env: "SESSIONSTATE_MAX_STREAM_EVENTS_IN_FLIGHT", description: "AppendEventStream: events of batches read and being handled, all streams together (at least 500, the largest batch); beyond it streams are not read until some are handled (backpressure)", default: String(DEFAULTS.maxStreamEventsInFlight) },
@@ -72,6 +74,7 @@ export const SETTINGS: Setting[] = [
   { flag: "upstream-interval", env: "SESSIONSTATE_UPSTREAM_INTERVAL_MS", description: "Milliseconds between upstream monitor ticks (checks of watched adopted sessions)", default: String(DEFAULTS.upstreamIntervalMs) },
   { flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
   { flag: "max-watchers-per-target", env: "SESSIONSTATE_MAX_WATCHERS_PER_TARGET", description: "Most watch cursors on one target; a new Watch beyond it answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxWatchersPerTarget) },
+  { flag: "max-inbox-items-per-agent", env: "SESSIONSTATE_MAX_INBOX_ITEMS_PER_AGENT", description: "Most items (messages, replies, cancel requests) queued and not acked in one agent's inbox; a call that would queue one more answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxInboxItemsPerAgent) },
   { flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
   { flag: "upstream-skim-budget", env: "SESSIONSTATE_UPSTREAM_SKIM_BUDGET_BYTES", description: "Bytes per local link and tick the service's own scan may pass over, by a newline search, inside transcript rows whose first bytes show they are not a human turn (0 = tokenize every byte within the 1 MiB per-tick budget)", default: String(DEFAULTS.upstreamSkimBudgetBytes) },
   { flag: "upstream-root", env: "SESSIONSTATE_UPSTREAM_ROOT", description: "Transcript root of the local catalog (links with an empty node_id). None = the service scans nothing itself", default: "" },
@@ -167,6 +170,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     synchronous: oneOf<Synchronous>("synchronous", ["normal", "full"]),
     walCheckpoint: oneOf<WalCheckpointMode>("wal-checkpoint", ["background", "inline"]),
     walWrites: oneOf<WalWrites>("wal-writes", ["gathered", "direct"]),
+    serveLockDir: value("serve-lock-dir") === "" ? undefined : resolve(value("serve-lock-dir")),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
     maxStreamBatchesInFlight: int("max-stream-batches-in-flight", 1, 100_000),
     streamBufferCapacity: int("notice-buffer", 1, 10_000_000),
@@ -182,6 +186,7 @@ export function serverConfig(flags: Record<string, string | boolean | undefined>
     upstreamSkimBudgetBytes: int("upstream-skim-budget", 0, 4 * 1024 * 1024 * 1024),
     redactPatterns: redactPatterns(value("redact-patterns")),
     maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
+    maxInboxItemsPerAgent: int("max-inbox-items-per-agent", 1, MAX_INBOX_ITEMS_LIMIT),
     startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
     maxStreamsPerConnection: int("max-streams-per-connection", 1, 10_000),
     // RFC 9113 §6.9.1: a window may not exceed 2^31 − 1, nor start below the protocol's own.

@@ -7,7 +7,7 @@
  * names the flag, followed by the command's usage).
  */
 import { Command, CommanderError } from "commander";
-import { DatabaseInUseError } from "../core/sqlite/processLock.js";
+import { DatabaseInUseError, LockDirectoryError, WalUnderAnotherNameError } from "../core/sqlite/processLock.js";
 import { InsecureBindError } from "../server/auth/exposure.js";
 import packageJson from "../../package.json" with { type: "json" };
 import { registerClientCommands } from "./clientCommands.js";
@@ -55,9 +55,10 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`${usageOf(running)}\n`);
       return 2;
     }
-    // Refusals of the setting, not failures of the work: another server holds the file, or
-    // the address needs tokens.
-    return err instanceof InsecureBindError || err instanceof DatabaseInUseError ? 2 : 1;
+    // Refusals of the setting, not failures of the work: another server holds the file (or its
+    // log is under another name), the lock directory is not fit, or the address needs tokens.
+    const refusal = [InsecureBindError, DatabaseInUseError, WalUnderAnotherNameError, LockDirectoryError].some((kind) => err instanceof kind);
+    return refusal ? 2 : 1;
   }
 }
 

@@ -21,6 +21,8 @@ export interface OpenStorageOptions {
   walCheckpoint?: WalCheckpointMode;
   /** SQLite only: how commits reach the WAL file (sqlite/walWrites.ts). */
   walWrites?: WalWrites;
+  /** SQLite only: where the serve lock by device and inode goes (sqlite/processLock.ts). */
+  serveLockDir?: string;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
   /** PostgreSQL only: statement deadlines, health ping, keepalive (postgres/connectionSettings.ts). */
@@ -36,5 +38,5 @@ export async function openStorage(options: OpenStorageOptions): Promise<Storage>
     const { PostgresStorage } = await import("./postgres/storage.js");
     return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, timeouts: options.pgTimeouts, log: options.log, metrics: options.metrics });
   }
-  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, log: options.log });
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, lockDir: options.serveLockDir, log: options.log });
 }

@@ -16,6 +16,7 @@ import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { WalWrites } from "../core/sqlite/walWrites.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
+import { DEFAULT_MAX_INBOX_ITEMS } from "../core/coordination/inbox.js";
 import { Messaging } from "../core/coordination/messaging.js";
 import { checkTaskLimits, DEFAULT_TASK_LIMITS, linkedTaskSource, spawnTaskHook, TaskRegistry } from "../core/coordination/tasks.js";
 import { checkDeliveryLimits, DEFAULT_DELIVERY_LIMITS, Deliveries } from "../core/coordination/deliveries.js";
@@ -55,6 +56,8 @@ export interface ServerOptions {
   healthCheckIntervalMs?: number;
   /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
   maxWatchersPerTarget?: number;
+  /** Most items one agent's inbox holds; one more is RESOURCE_EXHAUSTED. Default 10,000. */
+  maxInboxItemsPerAgent?: number;
   /**
    * Check the stored data at start-up (SQLite: `PRAGMA quick_check`) when the database is at
    * most this many bytes; 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING
@@ -66,6 +69,8 @@ export interface ServerOptions {
   walCheckpoint?: WalCheckpointMode;
   /** SQLite: how commits reach the WAL file (core/sqlite/walWrites.ts); default gathered. */
   walWrites?: WalWrites;
+  /** SQLite: where the serve lock by device and inode goes (core/sqlite/processLock.ts); default a private directory per user in the temporary directory. */
+  serveLockDir?: string;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
   pruneIntervalMs?: number;
@@ -208,6 +213,7 @@ export const DEFAULTS = {
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
+  maxInboxItemsPerAgent: DEFAULT_MAX_INBOX_ITEMS,
   taskSummaryMaxChars: DEFAULT_TASK_LIMITS.summaryMaxChars,
   taskListMax: DEFAULT_TASK_LIMITS.listMax,
   taskRecentMinutes: DEFAULT_TASK_LIMITS.recentMs / 60_000,
@@ -243,6 +249,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     synchronous: options.synchronous,
     walCheckpoint: options.walCheckpoint,
     walWrites: options.walWrites,
+    serveLockDir: options.serveLockDir,
     poolSize: options.poolSize,
     pgTimeouts: options.pgTimeouts,
     metrics,
@@ -254,6 +261,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
     maxWatchersPerTarget: options.maxWatchersPerTarget,
+    maxInboxItemsPerAgent: options.maxInboxItemsPerAgent,
     maxSpawnDepth: options.maxSpawnDepth,
     metrics,
     // The task registry (design §6.3) registers each spawn's task here, in the spawn's transaction.

@@ -1,5 +1,5 @@
 /**
- * Replicas under a network partition (SPEC §7), Jepsen style. The test makes its own network
+ * Replicas under a network partition (design §7.2), Jepsen style. The test makes its own network
  * (test/support/netns.ts): a PostgreSQL of its own listening on the root side of two veth
  * links, and two replicas — the shipped server — each in a network namespace of its own,
  * reaching PostgreSQL only over its database link and serving the test over a second, client

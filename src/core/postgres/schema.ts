@@ -293,12 +293,35 @@ const MIGRATIONS: string[] = [
   `
   DROP INDEX IF EXISTS cursors_by_update;
   `,
+  // How many items each agent's inbox holds (the limit's count, kept with every queue and
+  // ack); its row's lock is what makes an agent's items commit in sequence order.
+  `
+  CREATE TABLE inbox_queues (
+    agent_id  text COLLATE "C" PRIMARY KEY,
+    queued    integer NOT NULL
+  );
+  INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
+  `,
+  // Task ids are unique per agent, as on SQLite.
+  `
+  ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
+  ALTER TABLE tasks ADD PRIMARY KEY (agent_id, task_id);
+  DROP INDEX tasks_by_update;
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id, agent_id);
+  CREATE INDEX tasks_by_id ON tasks (task_id);
+  `,
+  // Session ids are unique per agent too, as on SQLite.
+  `
+  ALTER TABLE sessions DROP CONSTRAINT sessions_session_id_key;
+  ALTER TABLE sessions ADD CONSTRAINT sessions_session_id_per_agent UNIQUE (agent_id, session_id);
+  CREATE INDEX sessions_by_session_id ON sessions (session_id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
-/** Brings the database up to SCHEMA_VERSION; safe to call from several replicas at once. */
-export async function migrate(pool: pg.Pool): Promise<void> {
+/** Brings the database up to `upTo` (default SCHEMA_VERSION); safe to call from several replicas at once. */
+export async function migrate(pool: pg.Pool, upTo = MIGRATIONS.length): Promise<void> {
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
@@ -309,7 +332,7 @@ export async function migrate(pool: pg.Pool): Promise<void> {
       if (current > MIGRATIONS.length) {
         throw new Error(`database schema version ${current} is newer than this build knows (${MIGRATIONS.length}); refusing to use it`);
       }
-      for (let version = current; version < MIGRATIONS.length; version++) {
+      for (let version = current; version < upTo; version++) {
         await client.query("BEGIN");
         try {
           await client.query(MIGRATIONS[version]);

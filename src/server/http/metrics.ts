@@ -55,6 +55,7 @@ export class ServerMetrics implements CoreMetrics {
   private readonly closedConnections: Counter<"reason">;
   private readonly refusedConnections: Counter<"reason">;
   private readonly refusals: Counter<"limit">;
+  private readonly inboxRows: Counter;
 
   constructor() {
     const registers = [this.registry];
@@ -120,8 +121,13 @@ export class ServerMetrics implements CoreMetrics {
     });
     this.refusals = new Counter({
       name: "sessionstate_limit_refusals_total",
-      help: "Requests refused by a front-door limit (inflight_request_bytes, request_body_timeout, json_depth, open_streams, unauthenticated_streams, unauthenticated_streams_per_connection)",
+      help: "Requests refused by a limit (front door: inflight_request_bytes, request_body_timeout, json_depth, open_streams, unauthenticated_streams, unauthenticated_streams_per_connection; inbox_items_per_agent)",
       labelNames: ["limit"],
+      registers,
+    });
+    this.inboxRows = new Counter({
+      name: "sessionstate_inbox_rows_read_total",
+      help: "Queued inbox items read by StreamInbox streams (replays and wake-ups; a wake-up reads only the items after the stream's position)",
       registers,
     });
   }
@@ -154,6 +160,17 @@ export class ServerMetrics implements CoreMetrics {
       registers,
       async collect() {
         this.set(await sources.store.pendingNotices());
+      },
+    });
+    new Gauge({
+      name: "sessionstate_inbox_items_queued",
+      help: "Inbox items queued and not acked, across every replica: all agents (of=all), and in the fullest agent's inbox (of=largest; limit: --max-inbox-items-per-agent)",
+      labelNames: ["of"],
+      registers,
+      async collect() {
+        const queues = await sources.store.inboxQueues();
+        this.set({ of: "all" }, queues.total);
+        this.set({ of: "largest" }, queues.largest);
       },
     });
     new Gauge({
@@ -274,6 +291,10 @@ export class ServerMetrics implements CoreMetrics {
 
   noticesFannedOut(seconds: number): void {
     this.fanOut.observe(seconds);
+  }
+
+  inboxRowsRead(rows: number): void {
+    this.inboxRows.inc(rows);
   }
 
   pruned(removedEvents: number, removedCursors: number): void {
