@@ -11,6 +11,7 @@ const BOTH_BACKENDS = [
   "test/messaging*.test.ts",
   "test/signal-log.test.ts",
   "test/prune-batches.test.ts",
+  "test/schema-migrations.test.ts",
   "test/watchers.test.ts",
   "test/notice-fanout.test.ts",
   "test/event-wire.test.ts",
@@ -29,7 +30,7 @@ const BOTH_BACKENDS = [
   "test/mcp-stdio.test.ts",
 ];
 /** Only PostgreSQL has replicas. */
-const POSTGRES_ONLY = ["test/replicas/*.test.ts"];
+const POSTGRES_ONLY = ["test/replicas/*.test.ts", "test/partition/*.test.ts"];
 
 const shared = {
   testTimeout: 30_000,

@@ -1,6 +1,6 @@
 /** The pure access decision (src/core/access.ts): grants per role and the scope checks. */
 import { describe, expect, it } from "vitest";
-import { decide, EVERY_AGENT, mayAccess, ROLES, type Access, type Principal } from "../src/core/access.js";
+import { decide, EVERY_AGENT, mayAccess, ROLES, watchAgents, watchDenial, WATCH_PROCEDURE, type Access, type Principal } from "../src/core/access.js";
 
 const gateway: Principal = { name: "gw", role: "gateway", agentIds: ["main", "ops"] };
 const node: Principal = { name: "n1", role: "node", agentIds: [], nodeId: "node-1" };
@@ -76,5 +76,23 @@ describe("node scope", () => {
   it("gateways and readers may not stream upstream reports", () => {
     expect(decide(gateway, { procedure: P, access: "upstream", nodes: () => ["node-1"] })).toMatch(/needs a token with role node or admin$/);
     expect(decide(reader, { procedure: P, access: "upstream", nodes: () => ["node-1"] })).toMatch(/needs a token with role node or admin$/);
+  });
+});
+
+describe("a watch", () => {
+  const gateway: Principal = { name: "gw-main", role: "gateway", agentIds: ["main"] };
+  const ops = { agentId: "ops", sessionKey: "agent:ops:main" };
+  it("is for the watcher's agent and the target's (a key that is not agent-qualified names none)", () => {
+    expect(watchAgents("agent:main:main", ops)).toEqual(["main", "ops"]);
+    expect(watchAgents("global", ops)).toEqual(["ops"]);
+  });
+  it("is denied exactly as Watch denies it, and allowed to unscoped callers", () => {
+    expect(watchDenial(gateway, "agent:main:main", ops)).toBe(
+      decide(gateway, { procedure: WATCH_PROCEDURE, access: "act", agents: () => ["main", "ops"] }),
+    );
+    expect(watchDenial(gateway, "agent:main:main", ops)).toMatch(/request targets agent "ops"$/);
+    expect(watchDenial({ ...gateway, agentIds: ["main", "ops"] }, "agent:main:main", ops)).toBeUndefined();
+    expect(watchDenial({ name: "root", role: "admin", agentIds: [] }, "agent:main:main", ops)).toBeUndefined();
+    expect(watchDenial(undefined, "agent:main:main", ops)).toBeUndefined();
   });
 });

@@ -44,12 +44,15 @@ const SECRETS: Record<Caller, string> = {
   reader: generateSecret(),
 };
 const UNKNOWN_SECRET = generateSecret();
-const ALL_SECRETS = [...Object.values(SECRETS), UNKNOWN_SECRET];
+/** A gateway for both agents, main and ops (not one of the matrix's callers). */
+const BOTH_SECRET = generateSecret();
+const ALL_SECRETS = [...Object.values(SECRETS), UNKNOWN_SECRET, BOTH_SECRET];
 
 const TOKEN_FILE = {
   tokens: [
     { name: "gw-main", role: "gateway", agent_ids: ["main"], sha256: hashSecret(SECRETS.gateway) },
     { name: "gw-ops", role: "gateway", agent_ids: ["ops"], sha256: hashSecret(SECRETS["foreign gateway"]) },
+    { name: "gw-both", role: "gateway", agent_ids: ["main", "ops"], sha256: hashSecret(BOTH_SECRET) },
     { name: "node-a", role: "node", node_id: "node-a", sha256: hashSecret(SECRETS.node) },
     { name: "ops-admin", role: "admin", sha256: hashSecret(SECRETS.admin) },
     { name: "dashboard", role: "reader", sha256: hashSecret(SECRETS.reader) },
@@ -441,6 +444,30 @@ describe("scope rules", () => {
     expect(await denial(as("reader").messaging.streamInbox({ agentId: "main" }))).toMatch(/^PermissionDenied: token "dashboard" has role reader/);
   });
 
+  it("a watch through SendToSession takes Watch's rule: the target's agent too; the message still goes", async () => {
+    const OPS = "agent:ops:main";
+    const send = { requester: { ...MAIN, visibility: VisibilityMode.ALL }, target: { case: "session" as const, value: { sessionKey: OPS } }, text: "watching you", timeoutSeconds: 0, watch: true };
+    const watchDenied = await denial(as("gateway").watch.watch({ watcherSessionKey: MAIN.sessionKey, targetSessionKey: OPS }));
+    expect(watchDenied).toMatch(/^PermissionDenied: .*request targets agent "ops"$/);
+    const sent = await as("gateway").messaging.sendToSession(send);
+    expect(sent.messageId).toMatch(/^ism_/);
+    expect(sent.watched).toBe(false);
+    expect(sent.cursor).toBeUndefined();
+    // The same answer as Watch, word for word.
+    expect(`PermissionDenied: ${sent.watchReason}`).toBe(watchDenied);
+    const cursorsOfMain = async () =>
+      (await as("admin").watch.listWatchCursors({ selector: { case: "watcherSessionKey", value: MAIN.sessionKey } })).cursors.map((c) => c.targetSessionKey);
+    expect(await cursorsOfMain()).not.toContain(OPS);
+
+    // A token for both agents may watch either way.
+    const both = clientsFor(t.url, "connect", { token: BOTH_SECRET });
+    const watched = await both.messaging.sendToSession(send);
+    expect(watched).toMatchObject({ watched: true, cursor: { watcherSessionKey: MAIN.sessionKey, targetSessionKey: OPS } });
+    expect((await both.watch.watch({ watcherSessionKey: MAIN.sessionKey, targetSessionKey: OPS })).watched).toBe(true);
+    expect((await both.watch.unwatch({ watcherSessionKey: MAIN.sessionKey, targetSessionKey: OPS })).removed).toBe(true);
+    expect(await cursorsOfMain()).not.toContain(OPS);
+  });
+
   it("spawning a child of another agent needs that agent too", async () => {
     expect(
       await denial(as("gateway").sessions.spawnSession({ parent: MAIN, childSessionKey: "agent:ops:subagent:x", kind: SessionKind.OTHER })),
@@ -598,6 +625,6 @@ describe("scope rules", () => {
       await s.stop();
       dir2.remove();
     }
-    expect(tokens.size).toBe(5);
+    expect(tokens.size).toBe(TOKEN_FILE.tokens.length);
   });
 });

@@ -7,7 +7,7 @@
  * cancelled once the Gateway reports it; the cancel request on the StreamInbox of the Gateway
  * serving the task's agent.
  */
-import { Code, createClient, type Client } from "@connectrpc/connect";
+import { Code, ConnectError, createClient, type Client } from "@connectrpc/connect";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { EventKind, RunOutcome, ActorType } from "../gen/sessionstate/v1/event_pb.js";
 import { VisibilityMode } from "../gen/sessionstate/v1/requester_pb.js";
@@ -23,6 +23,7 @@ let now = Date.parse("2030-01-01T00:00:00Z");
 const MINUTE = 60_000;
 
 const MAIN = "agent:main:main";
+const OPS = "agent:ops:main";
 const ORCH = "agent:main:subagent:orch";
 const LEAF = "agent:main:subagent:orch:subagent:leaf";
 const SIBLING = "agent:main:subagent:sibling";
@@ -181,17 +182,19 @@ describe("ListTasks", () => {
 });
 
 describe("CancelTask", () => {
-  it("is refused outside the tree the requester controls: a leaf cannot cancel another session's task", async () => {
+  it("is refused outside the tree the requester controls, as if the task did not exist: a leaf cannot cancel another session's task", async () => {
     for (const target of ["run-sibling", "run-orch"]) {
       const err = await errorOf(tasks.cancelTask({ requester: requester(LEAF), taskId: target }));
-      expect(err.code).toBe(Code.PermissionDenied);
-      expect(err.rawMessage).toContain(`outside the tree "${LEAF}" controls`);
+      expect(err.code).toBe(Code.NotFound);
+      expect(err.rawMessage).toBe(
+        `task "${target}" is not known in the tree "${LEAF}" controls (its own session and the sessions it spawned); a session cancels only tasks inside it`,
+      );
     }
     // A wider visibility widens reads, not control.
-    expect(await codeOf(tasks.cancelTask({ requester: requester(LEAF, VisibilityMode.AGENT), taskId: "run-sibling" }))).toBe(Code.PermissionDenied);
-    expect(await codeOf(tasks.cancelTask({ requester: requester(ORCH, VisibilityMode.ALL), taskId: "run-sibling" }))).toBe(Code.PermissionDenied);
+    expect(await codeOf(tasks.cancelTask({ requester: requester(LEAF, VisibilityMode.AGENT), taskId: "run-sibling" }))).toBe(Code.NotFound);
+    expect(await codeOf(tasks.cancelTask({ requester: requester(ORCH, VisibilityMode.ALL), taskId: "run-sibling" }))).toBe(Code.NotFound);
     // SELF narrows it to the requester's own session.
-    expect(await codeOf(tasks.cancelTask({ requester: requester(MAIN, VisibilityMode.SELF), taskId: "run-leaf" }))).toBe(Code.PermissionDenied);
+    expect(await codeOf(tasks.cancelTask({ requester: requester(MAIN, VisibilityMode.SELF), taskId: "run-leaf" }))).toBe(Code.NotFound);
     expect(await codeOf(tasks.cancelTask({ requester: requester(MAIN), taskId: "no-such-task" }))).toBe(Code.NotFound);
     expect(await codeOf(tasks.cancelTask({ requester: requester(MAIN), taskId: "" }))).toBe(Code.InvalidArgument);
     // Nothing was marked.
@@ -288,5 +291,64 @@ describe("the cancel request", () => {
     const ended = await tasks.upsertTask({ taskId: "run-helper", session: { sessionKey: HELPER }, state: TaskState.CANCELED });
     const changes = await t.state.getStatus({ session: { sessionKey: HELPER }, changesSince: ended.runEndSequence - 1n });
     expect(changes.stateChanges!.events.map((e) => [e.kind, e.payload?.outcome])).toEqual([[EventKind.RUN_FAILED, RunOutcome.CANCELLED]]);
+  });
+});
+
+/** A call's answer as bytes: its code and message, or its response as JSON. */
+async function answer(call: Promise<{ toJson?: unknown } | object>): Promise<string> {
+  try {
+    return JSON.stringify(await call, (_k, v) => (typeof v === "bigint" ? String(v) : v));
+  } catch (err) {
+    const e = ConnectError.from(err);
+    return `${Code[e.code]}: ${e.rawMessage}`;
+  }
+}
+
+describe("another agent's tasks are no oracle", () => {
+  beforeAll(async () => {
+    await t.sessions.upsertSession({ session: { sessionKey: OPS }, kind: SessionKind.MAIN });
+  });
+
+  it("CancelTask of a task id another agent uses answers byte for byte as for an id nobody uses", async () => {
+    const probe = () => answer(tasks.cancelTask({ requester: requester(MAIN), taskId: "probe-cancel" }));
+    const unknown = await probe();
+    expect(unknown).toMatch(/^NotFound: task "probe-cancel" is not known in the tree "agent:main:main" controls/);
+    await tasks.upsertTask({ taskId: "probe-cancel", session: { sessionKey: OPS }, kind: TaskKind.CLI });
+    const foreign = await probe();
+    expect(foreign).toBe(unknown);
+    expect(foreign).not.toContain("ops");
+    // Nothing was marked on ops's task.
+    expect((await tasks.listTasks({ session: { sessionKey: OPS } })).tasks.find((x) => x.taskId === "probe-cancel")?.cancelRequested).toBe(false);
+  });
+
+  it("UpsertTask with a task id another agent uses creates the caller's own task, byte for byte as for a fresh id", async () => {
+    const fresh = await answer(tasks.upsertTask({ taskId: "probe-fresh", session: { sessionKey: MAIN }, kind: TaskKind.CLI, summary: "mine" }));
+    await tasks.upsertTask({ taskId: "probe-taken", session: { sessionKey: OPS }, kind: TaskKind.CRON, summary: "theirs" });
+    const taken = await answer(tasks.upsertTask({ taskId: "probe-taken", session: { sessionKey: MAIN }, kind: TaskKind.CLI, summary: "mine" }));
+    expect(taken.replaceAll("probe-taken", "probe-fresh")).toBe(fresh);
+    expect(JSON.parse(taken)).toMatchObject({ created: true });
+    // Two tasks of one id, one per agent, each untouched by the other.
+    const theirs = (await tasks.listTasks({ session: { sessionKey: OPS } })).tasks.find((x) => x.taskId === "probe-taken");
+    expect(theirs).toMatchObject({ kind: TaskKind.CRON, summary: "theirs", session: { sessionKey: OPS, agentId: "ops" } });
+    // The operator's cancel names a task id of several agents' tasks and asks for a requester.
+    const both = await errorOf(tasks.cancelTask({ taskId: "probe-taken" }));
+    expect(both.code).toBe(Code.FailedPrecondition);
+    // Each requester cancels its own.
+    expect((await tasks.cancelTask({ requester: requester(MAIN), taskId: "probe-taken" })).task?.session?.agentId).toBe("main");
+    expect((await tasks.cancelTask({ requester: requester(OPS), taskId: "probe-taken" })).task?.session?.agentId).toBe("ops");
+  });
+
+  it("lists tasks of one id in several agents page by page, each once", async () => {
+    const page1 = await tasks.listTasks({ pageSize: 1, states: [TaskState.SUBMITTED], kinds: [] });
+    const seen = [...page1.tasks];
+    let token = page1.nextPageToken;
+    while (token !== "") {
+      const page = await tasks.listTasks({ pageSize: 1, states: [TaskState.SUBMITTED], pageToken: token });
+      seen.push(...page.tasks);
+      token = page.nextPageToken;
+    }
+    const keys = seen.map((x) => `${x.session?.agentId}/${x.taskId}`);
+    expect(new Set(keys).size).toBe(keys.length);
+    expect(keys).toEqual(expect.arrayContaining(["main/probe-taken", "ops/probe-taken"]));
   });
 });

@@ -174,7 +174,8 @@ describe("request-body limits, against a real server process", () => {
 
 describe("connection limits, against a real server process", () => {
   it("2,000 idle HTTP/2 connections are closed after --idle-timeout", async () => {
-    const s = await server(["--idle-timeout", "6"]);
+    // One peer address holds them all: the per-peer limit is off for this one.
+    const s = await server(["--idle-timeout", "6", "--max-connections-per-peer", "0"]);
     try {
       const fdsBefore = openFds(s.pid);
       const sessions: http2.ClientHttp2Session[] = [];
@@ -193,7 +194,7 @@ describe("connection limits, against a real server process", () => {
   });
 
   it("1,000 TCP connections that never send the preface (or a request line) are closed after --handshake-timeout", async () => {
-    const s = await server(["--handshake-timeout", "4"]);
+    const s = await server(["--handshake-timeout", "4", "--max-connections-per-peer", "0"]);
     try {
       const fdsBefore = openFds(s.pid);
       const sockets: Socket[] = [];

@@ -229,8 +229,13 @@ describe("SendToSession and the inbox", () => {
     expect(again).toMatchObject({ duplicate: true, replyMessageId: r1.replyMessageId, outcome: ReplyOutcome.FORWARDED });
     // After the end nothing is expected; the wrong responder is refused.
     expect(await codeOf(t.messaging.replyToMessage({ messageId: r2.replyMessageId, responder: { sessionKey: OPS }, text: "more" }))).toBe(Code.FailedPrecondition);
-    expect(await codeOf(t.messaging.replyToMessage({ messageId: sent.messageId, responder: { sessionKey: MAIN }, text: "x" }))).toBe(Code.FailedPrecondition);
-    expect(await codeOf(t.messaging.replyToMessage({ messageId: `ism_${"0".repeat(32)}`, responder: { sessionKey: OPS }, text: "x" }))).toBe(Code.NotFound);
+    // A message the responder did not receive answers as an id nobody used: nothing of whom it was for.
+    const errorText = async (p: Promise<unknown>) => p.then(() => "no error", (e: unknown) => `${Code[ConnectError.from(e).code]}: ${ConnectError.from(e).rawMessage}`);
+    const notMine = await errorText(t.messaging.replyToMessage({ messageId: sent.messageId, responder: { sessionKey: MAIN }, text: "x" }));
+    const nobodys = await errorText(t.messaging.replyToMessage({ messageId: `ism_${"0".repeat(32)}`, responder: { sessionKey: MAIN }, text: "x" }));
+    expect(notMine.replaceAll(sent.messageId, `ism_${"0".repeat(32)}`)).toBe(nobodys);
+    expect(nobodys).toBe(`NotFound: no message "ism_${"0".repeat(32)}" was sent to "${MAIN}" (agent main), so it has nothing to answer`);
+    expect(notMine).not.toContain(OPS);
     expect(await codeOf(t.messaging.replyToMessage({ messageId: "nope", responder: { sessionKey: OPS }, text: "x" }))).toBe(Code.InvalidArgument);
   });
 
@@ -321,7 +326,7 @@ describe("the inbox for other senders, and InboxSubscription", () => {
             kind: "cancel_request",
             cancel: { taskId: "task-1", runId: "run-9", session: { agentId: "ops", sessionKey: OPS }, requestedBy: { agentId: "main", sessionKey: MAIN } },
           },
-        }),
+        }, t.server.core.inboxLimit),
       );
       expect(queued.itemId).toMatch(/^inb_[0-9a-f]{32}$/);
       const item = await ops.nth(1);

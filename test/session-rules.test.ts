@@ -77,3 +77,46 @@ describe("the visibility warning", () => {
     );
   });
 });
+
+describe("session ids are per agent", () => {
+  /** A call's answer as bytes: its response as JSON (timestamps are the fixed clock's), or its code and message. */
+  const answer = (call: Promise<object>) =>
+    call.then(
+      (res) => JSON.stringify(res, (_k, v) => (typeof v === "bigint" ? String(v) : v)),
+      (err: unknown) => {
+        const e = err as { code: Code; rawMessage: string };
+        return `${Code[e.code]}: ${e.rawMessage}`;
+      },
+    );
+
+  it("UpsertSession with a session id another agent's session has answers byte for byte as with a fresh one", async () => {
+    const fresh = await answer(t.sessions.upsertSession({ session: { sessionKey: "agent:main:probe" }, sessionId: "sid-fresh" }));
+    await t.sessions.upsertSession({ session: { sessionKey: "agent:ops:probe" }, sessionId: "sid-taken" });
+    const taken = await answer(t.sessions.upsertSession({ session: { sessionKey: "agent:main:probe2" }, sessionId: "sid-taken" }));
+    expect(taken.replaceAll("sid-taken", "sid-fresh").replaceAll("agent:main:probe2", "agent:main:probe")).toBe(fresh);
+    // Within one agent an id still names one session.
+    const twice = await errorOf(t.sessions.upsertSession({ session: { sessionKey: "agent:main:probe3" }, sessionId: "sid-taken" }));
+    expect(twice.code).toBe(Code.FailedPrecondition);
+    expect(twice.rawMessage).toBe('session_id "sid-taken" already belongs to another session of agent main');
+  });
+
+  it("a lookup by session id finds the session its viewer sees, and asks for a key when it sees holders in two agents", async () => {
+    // Both exist (the test above); main's requester with visibility AGENT sees only main's.
+    const mine = await t.sessions.getSession({ requester: requester("agent:main:main", VisibilityMode.AGENT), sessionId: "sid-taken" });
+    expect(mine.session).toMatchObject({ sessionKey: "agent:main:probe2", agentId: "main" });
+    const theirs = await t.sessions.getSession({ requester: requester("agent:ops:probe", VisibilityMode.SELF), sessionId: "sid-taken" });
+    expect(theirs.session).toMatchObject({ sessionKey: "agent:ops:probe", agentId: "ops" });
+    // A viewer of every agent (ALL, or the operator) is asked to name the session by key.
+    for (const call of [t.sessions.getSession({ requester: requester("agent:main:main", VisibilityMode.ALL), sessionId: "sid-taken" }), t.sessions.getSession({ sessionId: "sid-taken" })]) {
+      const err = await errorOf(call);
+      expect(err.code).toBe(Code.FailedPrecondition);
+      expect(err.rawMessage).toBe('session_id "sid-taken" is the id of several sessions: "agent:main:probe2" (agent main), "agent:ops:probe" (agent ops); name the session by key');
+    }
+    // An id only another agent uses is unknown to a viewer that cannot see it.
+    await t.sessions.upsertSession({ session: { sessionKey: "agent:ops:only" }, sessionId: "sid-ops-only" });
+    const hidden = await errorOf(t.sessions.getSession({ requester: requester("agent:main:main", VisibilityMode.AGENT), sessionId: "sid-ops-only" }));
+    const none = await errorOf(t.sessions.getSession({ requester: requester("agent:main:main", VisibilityMode.AGENT), sessionId: "sid-nobody" }));
+    expect(hidden.code).toBe(Code.NotFound);
+    expect(hidden.rawMessage.replaceAll("sid-ops-only", "sid-nobody")).toBe(none.rawMessage);
+  });
+});

@@ -13,7 +13,7 @@ import {
   INLINE_AUTOCHECKPOINT_PAGES,
   STARTS_AFTER_COMMITS,
 } from "../src/core/sqlite/checkpointer.js";
-import { existsSync, statSync } from "node:fs";
+import { existsSync, linkSync, realpathSync, statSync } from "node:fs";
 import type { SqliteStorage } from "../src/core/sqlite/storage.js";
 import { tempDir } from "./support/harness.js";
 
@@ -59,6 +59,27 @@ describe("SQLite storage", () => {
     expect((err as Error).message).toMatch(/use PostgreSQL \(--db postgres:\/\/\.\.\.\)/);
     await first.close();
     const again = openSqliteStorage({ path });
+    await again.close();
+  });
+
+  it("refuses a second storage on the same file through a hard link in another folder, naming the name it is served by", async () => {
+    const path = scratch();
+    const first = openSqliteStorage({ path });
+    const other = tempDir();
+    cleanups.push(() => other.remove());
+    const link = join(other.path, "link.db");
+    linkSync(path, link);
+    let err: unknown;
+    try {
+      openSqliteStorage({ path: link });
+    } catch (e) {
+      err = e;
+    }
+    expect(err).toBeInstanceOf(DatabaseInUseError);
+    expect((err as DatabaseInUseError).holderPid).toBe(process.pid);
+    expect((err as DatabaseInUseError).holderPath).toBe(realpathSync(path));
+    await first.close();
+    const again = openSqliteStorage({ path: link });
     await again.close();
   });
 

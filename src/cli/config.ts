@@ -8,6 +8,7 @@ import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { WalWrites } from "../core/sqlite/walWrites.js";
 import { DAY_MS } from "../core/signalLog.js";
+import { checkTimeouts, DEFAULT_PG_TIMEOUTS, type PgTimeouts } from "../core/postgres/connectionSettings.js";
 import { MAX_BATCH_EVENTS } from "../core/sessionState.js";
 import { DEFAULT_MAX_SPAWN_DEPTH, MAX_SPAWN_DEPTH_LIMIT } from "../core/spawnPolicy.js";
 import {
@@ -20,6 +21,7 @@ import {
 } from "../core/coordination/messaging.js";
 import { TASK_LIMIT_RANGES } from "../core/coordination/tasks.js";
 import { DELIVERY_LIMIT_RANGES } from "../core/coordination/deliveries.js";
+import { MAX_INBOX_ITEMS_LIMIT } from "../core/coordination/inbox.js";
 import type { LogLevel } from "../server/logger.js";
 import { DEFAULTS, type ServerOptions } from "../server/server.js";
 import { DEFAULT_WINDOW_BYTES } from "../server/http/listener.js";
@@ -71,14 +73,20 @@ export const SETTINGS: ServeSetting[] = [
   { group: "network", flag: "max-streams-per-connection", env: "SESSIONSTATE_MAX_STREAMS_PER_CONNECTION", description: "Streams one HTTP/2 connection may have open at once", default: String(DEFAULTS.maxStreamsPerConnection) },
   { group: "network", flag: "http2-receive-window", env: "SESSIONSTATE_HTTP2_RECEIVE_WINDOW_BYTES", description: "HTTP/2 flow-control window opened to each client, for each stream and for the whole connection: request bytes a client may send before the server has read them (65535 = the protocol's own)", default: String(DEFAULTS.http2ReceiveWindowBytes) },
   { group: "network", flag: "handshake-timeout", env: "SESSIONSTATE_HANDSHAKE_TIMEOUT_S", description: "Seconds a new connection has to send the HTTP/2 preface or an HTTP/1.1 request head", default: String(DEFAULTS.handshakeTimeoutMs / 1000) },
-  { group: "network", flag: "idle-timeout", env: "SESSIONSTATE_IDLE_TIMEOUT_S", description: "Seconds a connection with no request in progress stays open (0 = no limit)", default: String(DEFAULTS.idleTimeoutMs / 1000) },
+  { group: "network", flag: "request-head-timeout", env: "SESSIONSTATE_REQUEST_HEAD_TIMEOUT_S", description: "Seconds every request head has to arrive whole once it has begun, on every request of a connection (HTTP/2: every frame, a HEADERS block with its CONTINUATION frames included); a late one closes the connection", default: String(DEFAULTS.requestHeadTimeoutMs / 1000) },
+  { group: "network", flag: "idle-timeout", env: "SESSIONSTATE_IDLE_TIMEOUT_S", description: "Seconds a connection with no request in progress stays open (0 = no limit); streams of the services open without a token (health Watch, reflection) do not count, and end when it closes", default: String(DEFAULTS.idleTimeoutMs / 1000) },
+  { group: "network", flag: "max-connections-per-peer", env: "SESSIONSTATE_MAX_CONNECTIONS_PER_PEER", description: "Connections one peer address may have open at once; one more is closed as soon as it is accepted (0 = no limit; behind a proxy every client has the proxy's address)", default: String(DEFAULTS.maxConnectionsPerPeer) },
   { group: "auth", flag: "tokens", env: "SESSIONSTATE_TOKENS", description: "Token file (hashed bearer tokens; reloaded on SIGHUP). None = no authentication, loopback only", default: "" },
   { group: "auth", flag: "insecure", env: "SESSIONSTATE_INSECURE", description: "Allow a non-loopback --host without --tokens (anyone reaching the port may do anything)", default: "false", boolean: true },
   { group: "storage", flag: "db", env: "SESSIONSTATE_DB", description: "SQLite database file, or postgres://user@host:port/dbname to run replicas on PostgreSQL", default: DEFAULTS.databasePath },
   { group: "storage", flag: "pg-pool-size", env: "SESSIONSTATE_PG_POOL_SIZE", description: "PostgreSQL only: pooled connections per process", default: "8" },
+  { group: "storage", flag: "pg-statement-timeout", env: "SESSIONSTATE_PG_STATEMENT_TIMEOUT_S", description: "PostgreSQL only: seconds one statement may run before PostgreSQL cancels it (the call answers UNAVAILABLE); the replica gives up waiting for an answer 1 s later", default: String(DEFAULT_PG_TIMEOUTS.statementTimeoutMs / 1000) },
+  { group: "storage", flag: "pg-ping-timeout", env: "SESSIONSTATE_PG_PING_TIMEOUT_S", description: "PostgreSQL only: seconds the health ping (every second) and the heartbeats of the notice listener and of a singleton job's lead wait for an answer; no answer turns health NOT_SERVING, reconnects the listener and gives up the lead", default: String(DEFAULT_PG_TIMEOUTS.pingTimeoutMs / 1000) },
+  { group: "storage", flag: "pg-keepalive-timeout", env: "SESSIONSTATE_PG_KEEPALIVE_TIMEOUT_S", description: "PostgreSQL only: seconds of network silence after which PostgreSQL drops a connection of this replica (TCP keepalive and TCP_USER_TIMEOUT, asked per connection), rolling back its transaction and releasing its locks and any lead; at least the statement timeout + 2 s and the ping timeout + 2 s", default: String(DEFAULT_PG_TIMEOUTS.keepaliveTimeoutMs / 1000) },
   { group: "storage", flag: "synchronous", env: "SESSIONSTATE_SYNCHRONOUS", description: "SQLite synchronous: normal or full", default: "normal" },
   { group: "storage", flag: "wal-checkpoint", env: "SESSIONSTATE_WAL_CHECKPOINT", description: "SQLite: who folds the WAL back into the file: background (a worker thread, once writes begin) or inline (the committing connection)", default: "background" },
   { group: "storage", flag: "wal-writes", env: "SESSIONSTATE_WAL_WRITES", description: "SQLite: how a commit reaches the WAL file: gathered (one write per commit, through the library the build makes; direct when it is missing) or direct (SQLite's two writes per page)", default: "gathered" },
+  { group: "storage", flag: "serve-lock-dir", env: "SESSIONSTATE_SERVE_LOCK_DIR", description: "SQLite: folder of the serve locks by device and inode, which refuse a second server on the same file under another name (a hard link); servers that must exclude each other share it. None = a folder private to the user in the temporary directory", default: "" },
   { group: "storage", flag: "startup-check-max-bytes", env: "SESSIONSTATE_STARTUP_CHECK_MAX_BYTES", description: "SQLite: run PRAGMA quick_check at start-up on a database file of at most this many bytes (0 = never); damage found turns health NOT_SERVING and refuses writes", default: String(DEFAULTS.startupCheckMaxBytes) },
   { group: "storage", flag: "migration-backup", env: "SESSIONSTATE_MIGRATION_BACKUP", description: "SQLite: copy an existing database file beside it before migrating its schema (true or false)", default: "true" },
   { group: "storage", flag: "retention-days", env: "SESSIONSTATE_RETENTION_DAYS", description: "Days events and idle cursors are kept", default: "30" },
@@ -94,12 +102,16 @@ export const SETTINGS: ServeSetting[] = [
   { group: "limits", flag: "redact-patterns", env: "SESSIONSTATE_REDACT_PATTERNS", description: "Extra credential patterns masked in history, listings and search: a JSON array of RE2 regular expressions (linear time; no backreferences or lookaround)", default: "[]" },
   { group: "streams", flag: "heartbeat", env: "SESSIONSTATE_HEARTBEAT_S", description: "Seconds between heartbeats on an idle notice stream", default: "15" },
   { group: "streams", flag: "notice-buffer", env: "SESSIONSTATE_NOTICE_BUFFER", description: "Notices queued for one StreamNotices subscriber that does not read; beyond it its stream ends with RESOURCE_EXHAUSTED (a re-subscribe replays what is pending)", default: String(DEFAULTS.streamBufferCapacity) },
+  { group: "streams", flag: "max-open-streams", env: "SESSIONSTATE_MAX_OPEN_STREAMS", description: "Streaming calls open at once on the server; one more is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxOpenStreams) },
+  { group: "streams", flag: "max-unauthenticated-streams", env: "SESSIONSTATE_MAX_UNAUTHENTICATED_STREAMS", description: "Streams of the services open without a token (health Watch, reflection) opened without one, on the whole server; one more is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxUnauthenticatedStreams) },
+  { group: "streams", flag: "max-unauthenticated-streams-per-connection", env: "SESSIONSTATE_MAX_UNAUTHENTICATED_STREAMS_PER_CONNECTION", description: "The same on one connection", default: String(DEFAULTS.maxUnauthenticatedStreamsPerConnection) },
   { group: "streams", flag: "max-stream-events-in-flight", env: "SESSIONSTATE_MAX_STREAM_EVENTS_IN_FLIGHT", description: "AppendEventStream: events of batches read and being handled, all streams together (at least 500, the largest batch); beyond it streams are not read until some are handled (backpressure)", default: String(DEFAULTS.maxStreamEventsInFlight) },
   { group: "streams", flag: "max-stream-batches-in-flight", env: "SESSIONSTATE_MAX_STREAM_BATCHES_IN_FLIGHT", description: "AppendEventStream: batches of one stream read and not yet answered; beyond it the stream is not read (backpressure)", default: String(DEFAULTS.maxStreamBatchesInFlight) },
   { group: "streams", flag: "max-activity-streams", env: "SESSIONSTATE_MAX_ACTIVITY_STREAMS", description: "AdminService WatchActivity streams (the console's live view) open at once; one more is RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxActivityStreams) },
   { group: "coordination", flag: "max-reply-turns", env: "SESSIONSTATE_MAX_REPLY_TURNS", description: "Most replies one inter-session exchange takes (the reply loop of sessions_send) before it ends with LIMIT", default: String(DEFAULT_MAX_REPLY_TURNS) },
   { group: "coordination", flag: "max-send-timeout", env: "SESSIONSTATE_MAX_SEND_TIMEOUT_S", description: "Longest wait for a reply a SendToSession may ask (timeout_seconds); more is INVALID_ARGUMENT", default: String(DEFAULT_MAX_SEND_TIMEOUT_SECONDS) },
   { group: "coordination", flag: "max-message-bytes", env: "SESSIONSTATE_MAX_MESSAGE_BYTES", description: "Largest inter-session message or reply text (SendToSession, ReplyToMessage)", default: String(DEFAULT_MAX_MESSAGE_BYTES) },
+  { group: "coordination", flag: "max-inbox-items-per-agent", env: "SESSIONSTATE_MAX_INBOX_ITEMS_PER_AGENT", description: "Most items (messages, replies, cancel requests) queued and not acked in one agent's inbox; a call that would queue one more answers RESOURCE_EXHAUSTED", default: String(DEFAULTS.maxInboxItemsPerAgent) },
   { group: "coordination", flag: "task-summary-max-chars", env: "SESSIONSTATE_TASK_SUMMARY_MAX_CHARS", description: "Longest task summary (UpsertTask), in characters; longer is INVALID_ARGUMENT", default: String(DEFAULTS.taskSummaryMaxChars) },
   { group: "coordination", flag: "task-list-max", env: "SESSIONSTATE_TASK_LIST_MAX", description: "Most tasks one ListTasks page holds; a larger page_size is INVALID_ARGUMENT", default: String(DEFAULTS.taskListMax) },
   { group: "coordination", flag: "task-recent-minutes", env: "SESSIONSTATE_TASK_RECENT_MINUTES", description: "Minutes a finished task stays recent: listed by ListTasks and counted in session_status's task context", default: String(DEFAULTS.taskRecentMinutes) },
@@ -168,11 +180,19 @@ export function serverConfig(
     );
   }
   const metricsPort = value("metrics-port");
+  const pgTimeouts: PgTimeouts = {
+    statementTimeoutMs: seconds("pg-statement-timeout", 0.1, 3600),
+    pingTimeoutMs: seconds("pg-ping-timeout", 0.1, 60),
+    keepaliveTimeoutMs: seconds("pg-keepalive-timeout", 1, 3600),
+  };
+  const badTimeouts = checkTimeouts(pgTimeouts);
+  if (badTimeouts) throw new ConfigError(`--pg-keepalive-timeout: ${badTimeouts}`);
   return {
     host: value("host"),
     port: int("port", 0, 65535),
     databasePath: database(value("db")),
     poolSize: int("pg-pool-size", 1, 1000),
+    pgTimeouts,
     maxSpawnDepth: int("max-spawn-depth", 1, MAX_SPAWN_DEPTH_LIMIT),
     maxReplyTurns: int("max-reply-turns", 1, MAX_REPLY_TURNS_LIMIT),
     maxSendTimeoutSeconds: int("max-send-timeout", 1, MAX_SEND_TIMEOUT_LIMIT),
@@ -183,6 +203,7 @@ export function serverConfig(
     migrationBackup: oneOf("migration-backup", ["true", "false"]) === "true",
     walCheckpoint: oneOf<WalCheckpointMode>("wal-checkpoint", ["background", "inline"]),
     walWrites: oneOf<WalWrites>("wal-writes", ["gathered", "direct"]),
+    serveLockDir: value("serve-lock-dir") === "" ? undefined : resolve(value("serve-lock-dir")),
     heartbeatMs: int("heartbeat", 1, 3600) * 1000,
     maxStreamBatchesInFlight: int("max-stream-batches-in-flight", 1, 100_000),
     streamBufferCapacity: int("notice-buffer", 1, 10_000_000),
@@ -198,6 +219,7 @@ export function serverConfig(
     upstreamSkimBudgetBytes: int("upstream-skim-budget", 0, 4 * 1024 * 1024 * 1024),
     redactPatterns: redactPatterns(value("redact-patterns")),
     maxWatchersPerTarget: int("max-watchers-per-target", 1, 10_000_000),
+    maxInboxItemsPerAgent: int("max-inbox-items-per-agent", 1, MAX_INBOX_ITEMS_LIMIT),
     startupCheckMaxBytes: int("startup-check-max-bytes", 0, Number.MAX_SAFE_INTEGER),
     maxStreamsPerConnection: int("max-streams-per-connection", 1, 10_000),
     // RFC 9113 §6.9.1: a window may not exceed 2^31 − 1, nor start below the protocol's own.
@@ -206,7 +228,12 @@ export function serverConfig(
     requestBodyTimeoutMs: seconds("request-body-timeout", 0.05, 3600),
     maxJsonDepth: int("max-json-depth", 8, 10_000),
     handshakeTimeoutMs: seconds("handshake-timeout", 0.05, 600),
+    requestHeadTimeoutMs: seconds("request-head-timeout", 0.05, 600),
     idleTimeoutMs: seconds("idle-timeout", 0, 86_400),
+    maxConnectionsPerPeer: int("max-connections-per-peer", 0, 1_000_000),
+    maxOpenStreams: int("max-open-streams", 1, 10_000_000),
+    maxUnauthenticatedStreams: int("max-unauthenticated-streams", 0, 10_000_000),
+    maxUnauthenticatedStreamsPerConnection: int("max-unauthenticated-streams-per-connection", 0, 10_000),
     corsOrigins: corsOrigins(value("cors-origins")),
     metricsListener: metricsPort === "" ? undefined : { host: value("metrics-host"), port: int("metrics-port", 0, 65535) },
     taskSummaryMaxChars: int("task-summary-max-chars", ...TASK_LIMIT_RANGES.summaryMaxChars),

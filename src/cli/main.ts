@@ -8,7 +8,7 @@
  */
 import { Command, CommanderError } from "commander";
 import { SchemaTooNewError } from "../core/schemaVersion.js";
-import { DatabaseInUseError } from "../core/sqlite/processLock.js";
+import { DatabaseInUseError, LockDirectoryError, WalUnderAnotherNameError } from "../core/sqlite/processLock.js";
 import { InsecureBindError } from "../server/auth/exposure.js";
 import packageJson from "../../package.json" with { type: "json" };
 import { registerClientCommands } from "./clientCommands.js";
@@ -56,9 +56,11 @@ export async function main(argv: string[]): Promise<number> {
       process.stderr.write(`${usageOf(running)}\n`);
       return 2;
     }
-    // Refusals of the setting, not failures of the work: another server holds the file, the
-    // address needs tokens, or the database was written by a newer build.
-    return err instanceof InsecureBindError || err instanceof DatabaseInUseError || err instanceof SchemaTooNewError ? 2 : 1;
+    // Refusals of the setting, not failures of the work: another server holds the file (or its
+    // log is under another name), the lock directory is not fit, the address needs tokens, or
+    // the database was written by a newer build.
+    const refusal = [InsecureBindError, DatabaseInUseError, WalUnderAnotherNameError, LockDirectoryError, SchemaTooNewError].some((kind) => err instanceof kind);
+    return refusal ? 2 : 1;
   }
 }
 

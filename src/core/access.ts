@@ -4,6 +4,8 @@
  * out what the call touches (src/server/auth/policy.ts) and asks `decide`.
  */
 
+import { agentIdOfKey, type SessionId } from "./keys.js";
+
 export const ROLES = ["gateway", "node", "admin", "reader"] as const;
 export type Role = (typeof ROLES)[number];
 
@@ -121,4 +123,29 @@ function nodeScopeDenial(scope: string, nodeId: string | undefined, demand: Dema
   const outside = [...new Set(nodes.filter((n) => n !== nodeId))];
   if (outside.length === 0) return undefined;
   return `${scope}; request reports for ${outside.length === 1 ? "node" : "nodes"} ${outside.map((n) => `"${n}"`).join(", ")}`;
+}
+
+/** The RPC whose rule every watch follows, named in its denials. */
+export const WATCH_PROCEDURE = "sessionstate.v1.WatchService/Watch";
+
+/**
+ * The agents a watch is for (design §3.1): the watcher's, whose cursor it is and whose Gateway
+ * gets its notices, and the target's, whose head it reads at once and whose every change it
+ * reports afterwards — a watch is a standing read of its target. So whoever registers a
+ * watch needs both, however it registers it: WatchService/Watch, or SendToSession with
+ * watch: true (whose message itself may go to any agent the sender's visibility reaches).
+ * A watcher key that is not agent-qualified names no agent (it gets no cursor at all).
+ */
+export function watchAgents(watcherKey: string, target: SessionId): string[] {
+  const watcher = agentIdOfKey(watcherKey);
+  return watcher === undefined ? [target.agentId] : [watcher, target.agentId];
+}
+
+/**
+ * Why `principal` may not register this watch (the denial WatchService/Watch gives), or
+ * undefined when it may; an unauthenticated service (no principal) allows every watch.
+ */
+export function watchDenial(principal: Principal | undefined, watcherKey: string, target: SessionId): string | undefined {
+  if (principal === undefined) return undefined;
+  return decide(principal, { procedure: WATCH_PROCEDURE, access: "act", agents: () => watchAgents(watcherKey, target) });
 }

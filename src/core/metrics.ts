@@ -18,6 +18,10 @@ export interface CoreMetrics {
   noticesFannedOut(seconds: number): void;
   /** One pruning pass ran and removed these rows. */
   pruned(removedEvents: number, removedCursors: number): void;
+  /** Inbox streams read `rows` queued items (a replay's or a wake-up's page). */
+  inboxRowsRead(rows: number): void;
+  /** A request was refused by the limit named (e.g. `inbox_items_per_agent`). */
+  refused(limit: string): void;
 }
 
 /** Reports nothing. */
@@ -28,6 +32,8 @@ export const NO_METRICS: CoreMetrics = {
   noticesDelivered() {},
   noticesFannedOut() {},
   pruned() {},
+  inboxRowsRead() {},
+  refused() {},
 };
 
 /**
@@ -39,4 +45,6 @@ export interface StoreGauges {
   pendingNotices(): Promise<number>;
   /** Link count per state: "found", "missing", "indeterminate" or "unchecked". */
   upstreamLinksByState(): Promise<Record<string, number>>;
+  /** Inbox items queued now: all agents together, and in the fullest agent's inbox. */
+  inboxQueues(): Promise<{ total: number; largest: number }>;
 }

@@ -9,6 +9,7 @@ import type { WalWrites } from "./sqlite/walWrites.js";
 import { isPostgresUrl } from "./databaseName.js";
 import type { CoreMetrics } from "./metrics.js";
 import type { Storage, StorageLog } from "./storage.js";
+import type { PgTimeouts } from "./postgres/connectionSettings.js";
 
 export { describeDatabase, isPostgresUrl } from "./databaseName.js";
 
@@ -20,10 +21,14 @@ export interface OpenStorageOptions {
   walCheckpoint?: WalCheckpointMode;
   /** SQLite only: how commits reach the WAL file (sqlite/walWrites.ts). */
   walWrites?: WalWrites;
+  /** SQLite only: where the serve lock by device and inode goes (sqlite/processLock.ts). */
+  serveLockDir?: string;
   /** PostgreSQL only: pooled connections. */
   poolSize?: number;
   /** SQLite only: copy an existing file before migrating its schema (default true). */
   migrationBackup?: boolean;
+  /** PostgreSQL only: statement deadlines, health ping, keepalive (postgres/connectionSettings.ts). */
+  pgTimeouts?: Partial<PgTimeouts>;
   /** Where group-commit sizes go (src/core/metrics.ts). */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   log?: StorageLog;
@@ -33,7 +38,7 @@ export async function openStorage(options: OpenStorageOptions): Promise<Storage>
   if (isPostgresUrl(options.db)) {
     // Loaded only when asked for: a node on the embedded default never runs node-postgres.
     const { PostgresStorage } = await import("./postgres/storage.js");
-    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, log: options.log, metrics: options.metrics });
+    return PostgresStorage.open({ connectionString: options.db, poolSize: options.poolSize, timeouts: options.pgTimeouts, log: options.log, metrics: options.metrics });
   }
-  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, migrationBackup: options.migrationBackup, log: options.log });
+  return openSqliteStorage({ path: options.db, synchronous: options.synchronous, metrics: options.metrics, walCheckpoint: options.walCheckpoint, walWrites: options.walWrites, migrationBackup: options.migrationBackup, lockDir: options.serveLockDir, log: options.log });
 }

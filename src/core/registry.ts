@@ -96,8 +96,9 @@ export async function upsertSession(ctx: WriteContext, session: SessionId, patch
     parentAgentId = patch.parentSessionKey === "" ? "" : (await requireParent(ctx, session, patch.parentSessionKey)).agentId;
   }
   if (patch.sessionId !== undefined && patch.sessionId !== existing?.sessionId) {
-    const owner = await ctx.tx.registry.sessionWithId(patch.sessionId);
-    if (owner) throw failedPrecondition(`session_id "${patch.sessionId}" already belongs to another session`);
+    // Unique per agent: another agent's session with this id is no concern (nor news) here.
+    const owner = await ctx.tx.registry.sessionWithId(session.agentId, patch.sessionId);
+    if (owner) throw failedPrecondition(`session_id "${patch.sessionId}" already belongs to another session of agent ${session.agentId}`);
   }
   const fields: SessionFields = {
     agentId: session.agentId,

@@ -13,6 +13,11 @@
  *
  * Across a restart there is no witness of how long the service was down, so a new process
  * believes the wall clock (its first `ageNow()` is its `now()`).
+ *
+ * Both hand out whole milliseconds. This is the one place service time enters the core, and
+ * every time stored goes to an integer column (PostgreSQL's bigint refuses a fraction, which
+ * elapsed time from performance.now always has), so it is made whole here, rounded down:
+ * never later than the clocks read.
  */
 export class ServiceClock {
   private highWater = -Infinity;
@@ -29,7 +34,7 @@ export class ServiceClock {
   ) {}
 
   now(): number {
-    const wall = this.wall();
+    const wall = Math.floor(this.wall());
     if (wall > this.highWater) this.highWater = wall;
     return this.highWater;
   }
@@ -40,6 +45,7 @@ export class ServiceClock {
     const monotonic = this.monotonic();
     const at = this.age ? Math.min(now, this.age.at + Math.max(0, monotonic - this.age.monotonic)) : now;
     this.age = { at, monotonic };
-    return at;
+    // Elapsed time carries on in fractions between calls; only what is handed out is whole.
+    return Math.floor(at);
   }
 }

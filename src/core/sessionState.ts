@@ -59,6 +59,7 @@ import { draftOf } from "./transcript/draft.js";
 import type { MessageDraft, MessageInput } from "./transcript/model.js";
 import { defaultRedactor } from "./transcript/redact.js";
 import { ServiceClock } from "./serviceClock.js";
+import { DEFAULT_MAX_INBOX_ITEMS, MAX_INBOX_ITEMS_LIMIT, type InboxLimit } from "./coordination/inbox.js";
 import {
   appendEvent,
   HeadBuffer,
@@ -203,6 +204,8 @@ export interface SessionStateOptions {
   retention?: RetentionPolicy;
   /** Most cursors one target may have (design §3.1 explicit watches); default 10,000. */
   maxWatchersPerTarget?: number;
+  /** Most items one agent's inbox holds (--max-inbox-items-per-agent); default 10,000. */
+  maxInboxItemsPerAgent?: number;
   /** Where the domain figures go (src/core/metrics.ts); default nowhere. */
   metrics?: CoreMetrics;
   /** Where background failures (a fan-out step) are reported. */
@@ -223,6 +226,8 @@ export class SessionState {
   readonly store: WatchableStore;
   readonly retention: RetentionPolicy;
   readonly maxWatchersPerTarget: number;
+  /** How full an agent's inbox may get (coordination/inbox.ts); every module that queues items uses it. */
+  readonly inboxLimit: InboxLimit;
   readonly metrics: CoreMetrics;
   readonly maxSpawnDepth: number;
   private readonly registerSpawnedTask: SpawnTaskHook;
@@ -245,6 +250,11 @@ export class SessionState {
     });
     this.retention = options.retention ?? DEFAULT_RETENTION;
     this.maxWatchersPerTarget = options.maxWatchersPerTarget ?? DEFAULT_MAX_WATCHERS_PER_TARGET;
+    const maxInboxItems = options.maxInboxItemsPerAgent ?? DEFAULT_MAX_INBOX_ITEMS;
+    if (!Number.isInteger(maxInboxItems) || maxInboxItems < 1 || maxInboxItems > MAX_INBOX_ITEMS_LIMIT) {
+      throw new RangeError(`maxInboxItemsPerAgent must be an integer from 1 to ${MAX_INBOX_ITEMS_LIMIT} (got ${maxInboxItems})`);
+    }
+    this.inboxLimit = { maxItems: maxInboxItems, metrics: this.metrics };
     this.maxSpawnDepth = options.maxSpawnDepth ?? DEFAULT_MAX_SPAWN_DEPTH;
     if (!Number.isInteger(this.maxSpawnDepth) || this.maxSpawnDepth < 1 || this.maxSpawnDepth > MAX_SPAWN_DEPTH_LIMIT) {
       throw new RangeError(`maxSpawnDepth must be an integer from 1 to ${MAX_SPAWN_DEPTH_LIMIT} (got ${this.maxSpawnDepth})`);
@@ -632,6 +642,7 @@ export class SessionState {
     return {
       pendingNotices: () => this.store.read(async (tx) => tx.cursors.countPending()),
       upstreamLinksByState: () => this.store.read(async (tx) => tx.upstream.countLinksByStatus()),
+      inboxQueues: () => this.store.read(async (tx) => tx.inbox.queueSizes()),
     };
   }
 

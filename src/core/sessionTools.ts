@@ -4,7 +4,7 @@
  * group catalog and the model revert rule. Validates, applies visibility, calls the stores
  * and shapes the bounded views. Transport-free, like SessionState, which it builds on.
  */
-import { DomainError, invalidArgument, notFound } from "./errors.js";
+import { DomainError, failedPrecondition, invalidArgument, notFound } from "./errors.js";
 import { CURRENT_SESSION, resolveSession, type SessionId } from "./keys.js";
 import type { DeliveryRoute, SessionRecord, ThinkingLevel } from "./model.js";
 import { MAX_STATUS_LIMIT, type ListRequest, type SessionState, type SpawnOutcome, type SpawnRequest, type StatusResult } from "./sessionState.js";
@@ -227,9 +227,26 @@ export class SessionTools {
       return { session, sessionId: record.sessionId, current: true };
     }
     checkOneLine("session_id", target.sessionId, 128);
-    const found = await this.transcripts.findSessionId(target.sessionId);
-    if (!found || !(await this.isVisible(viewer, found.session, access))) throw unknownSessionId(viewer, target.sessionId);
-    return found;
+    return this.sessionOfId(viewer, target.sessionId, access);
+  }
+
+  /**
+   * The session a session id names, among those the viewer may see: session ids are unique
+   * per agent, so several agents' sessions (current or earlier generations) may use one;
+   * the current holder comes first, else the newest earlier one. NOT_FOUND when the viewer
+   * sees none of them, so an id tells nothing of sessions out of sight; FAILED_PRECONDITION
+   * when it sees current holders in several agents (name the session by key then).
+   */
+  async sessionOfId(viewer: Viewer, sessionId: string, access: Access): Promise<TranscriptRef> {
+    const visible: TranscriptRef[] = [];
+    for (const ref of await this.transcripts.findSessionId(sessionId)) if (await this.isVisible(viewer, ref.session, access)) visible.push(ref);
+    if (visible.length === 0) throw unknownSessionId(viewer, sessionId);
+    const current = visible.filter((r) => r.current);
+    if (current.length > 1) {
+      const names = current.map((r) => `"${r.session.sessionKey}" (agent ${r.session.agentId})`).join(", ");
+      throw failedPrecondition(`session_id "${sessionId}" is the id of several sessions: ${names}; name the session by key`);
+    }
+    return current[0] ?? visible[0];
   }
 
   /** A session named by key; "current" is the requester's own (design §4.4 session_status). */

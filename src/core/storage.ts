@@ -63,7 +63,7 @@ export interface WriteOptions {
 }
 
 /** Where a backend reports its own trouble (a lost connection, a stopped checkpointer). */
-export type StorageLog = (level: "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
+export type StorageLog = (level: "debug" | "info" | "warn" | "error", msg: string, fields?: Record<string, unknown>) => void;
 
 export interface Storage {
   readonly backend: Backend;
@@ -224,8 +224,8 @@ export interface RegistryRows {
   session(session: SessionId): Awaitable<SessionRecord | undefined>;
   /** The stored columns only (no derived fields). */
   sessionFields(session: SessionId): Awaitable<SessionFields | undefined>;
-  /** The session that currently has this session id. */
-  sessionWithId(sessionId: string): Awaitable<SessionId | undefined>;
+  /** The agent's session that currently has this session id (session ids are unique per agent). */
+  sessionWithId(agentId: string, sessionId: string): Awaitable<SessionId | undefined>;
   insertSession(fields: SessionFields): Awaitable<void>;
   updateSession(fields: SessionFields): Awaitable<void>;
   touchSession(session: SessionId, updatedAt: number): Awaitable<void>;
@@ -236,8 +236,11 @@ export interface RegistryRows {
   sessionsWithParent(sessions: readonly SessionId[]): Awaitable<SessionId[]>;
   /** The parent chain, parent first, at most `maxDepth` long (cycle-safe). */
   ancestorsOf(session: SessionId, maxDepth: number): Awaitable<SessionId[]>;
-  /** The session whose current or an earlier transcript has this session id (current first, then newest). */
-  findSessionId(sessionId: string): Awaitable<TranscriptRef | undefined>;
+  /**
+   * The sessions, of every agent, whose current or an earlier transcript has this session id:
+   * current ids first, then the newest earlier ones, at most `limit`.
+   */
+  findSessionId(sessionId: string, limit: number): Awaitable<TranscriptRef[]>;
 }
 
 // ---- Watch cursors (design §3.1, §3.2) ------------------------------------------------------------
@@ -437,16 +440,26 @@ export interface InboxRow {
 }
 
 export interface InboxRows {
-  /** Queues an item; returns its sequence (one global sequence, never reused). */
+  /**
+   * Takes the agent's queue for the rest of the transaction and returns how many items it
+   * holds. Queuing calls it before `insertItem`: units that queue for one agent then take
+   * turns, so the agent's items get their sequences in commit order (PostgreSQL: the lock of
+   * the agent's count row; SQLite serialises every write anyway).
+   */
+  takeQueue(agentId: string): Awaitable<number>;
+  /** Queues an item, counted in its agent's queue; returns its sequence (one global sequence, never reused). */
   insertItem(row: Omit<InboxRow, "sequence">): Awaitable<number>;
   /**
    * The agent's items (of every session, or only of `sessionKeys`) with a sequence above
    * `afterSequence`, oldest first, at most `limit`.
    */
   pendingItems(agentId: string, sessionKeys: readonly string[] | undefined, afterSequence: number, limit: number): Awaitable<InboxRow[]>;
-  /** Removes those of `itemIds` that are in the agent's inbox; returns the removed rows. */
+  /** Those of `itemIds` that are in the agent's inbox (read only). */
+  items(agentId: string, itemIds: readonly string[]): Awaitable<InboxRow[]>;
+  /** Removes those of `itemIds` that are in the agent's inbox, uncounting them; returns the removed rows. */
   deleteItems(agentId: string, itemIds: readonly string[]): Awaitable<InboxRow[]>;
-  countItems(): Awaitable<number>;
+  /** Items queued now: all agents together, and in the fullest agent's inbox. */
+  queueSizes(): Awaitable<{ total: number; largest: number }>;
 }
 
 export interface MessagingRows {
@@ -466,12 +479,15 @@ export interface MessagingRows {
 // ---- Task registry (design §6.3) -------------------------------------------------------------------------
 
 export interface TaskRows {
-  task(taskId: string): Awaitable<TaskRecord | undefined>;
+  /** The agent's task with this id (task ids are unique per agent). */
+  task(agentId: string, taskId: string): Awaitable<TaskRecord | undefined>;
+  /** The tasks of every agent with this id, at most `limit`. */
+  tasksWithId(taskId: string, limit: number): Awaitable<TaskRecord[]>;
   insertTask(task: TaskRecord): Awaitable<void>;
   updateTask(task: TaskRecord): Awaitable<void>;
   /**
    * Tasks whose session is registered and matches the filter, newest update first (then task
-   * id), after `filter.after`, at most `filter.limit`.
+   * id, then agent), after `filter.after`, at most `filter.limit`.
    */
   listTasks(filter: TaskFilter): Awaitable<TaskRecord[]>;
   /**

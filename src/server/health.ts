@@ -71,8 +71,9 @@ export class HealthStatus {
     try {
       let sent: ServingStatus | undefined;
       for (let status = await mailbox.take(); status !== undefined; status = await mailbox.take()) {
-        // Nobody is listening any more; don't push a stale status into a dead stream.
-        if (signal.aborted) return;
+        // Nobody is listening any more; don't push a stale status into a dead stream. A stop
+        // aborts every call's signal too, yet the client is still there to learn NOT_SERVING.
+        if (signal.aborted && !this.shutDown) return;
         if (status === sent) continue;
         sent = status;
         yield status;

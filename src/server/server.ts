@@ -9,12 +9,14 @@ import { readAppendRequests } from "./appendRequestWire.js";
 import { Code, ConnectError } from "@connectrpc/connect";
 import { setMaxListeners } from "node:events";
 import { SessionState, DEFAULT_RETENTION } from "../core/sessionState.js";
+import type { PgTimeouts } from "../core/postgres/connectionSettings.js";
 import { describeDatabase, openStorage } from "../core/openStorage.js";
 import type { Synchronous } from "../core/sqlite/database.js";
 import type { WalCheckpointMode } from "../core/sqlite/checkpointer.js";
 import type { WalWrites } from "../core/sqlite/walWrites.js";
 import type { Storage } from "../core/storage.js";
 import { SessionTools } from "../core/sessionTools.js";
+import { DEFAULT_MAX_INBOX_ITEMS } from "../core/coordination/inbox.js";
 import { Messaging } from "../core/coordination/messaging.js";
 import { checkTaskLimits, DEFAULT_TASK_LIMITS, linkedTaskSource, spawnTaskHook, TaskRegistry } from "../core/coordination/tasks.js";
 import { checkDeliveryLimits, DEFAULT_DELIVERY_LIMITS, Deliveries } from "../core/coordination/deliveries.js";
@@ -49,10 +51,14 @@ export interface ServerOptions {
   databasePath?: string;
   /** PostgreSQL only: pooled connections per process; default 8. */
   poolSize?: number;
+  /** PostgreSQL only: statement timeout, health ping timeout, keepalive timeout (core/postgres/connectionSettings.ts). */
+  pgTimeouts?: Partial<PgTimeouts>;
   /** How often database reachability is checked for health; default 1 s. */
   healthCheckIntervalMs?: number;
   /** Most watchers (cursors) one target may have; a new Watch beyond it answers RESOURCE_EXHAUSTED. Default 10,000. */
   maxWatchersPerTarget?: number;
+  /** Most items one agent's inbox holds; one more is RESOURCE_EXHAUSTED. Default 10,000. */
+  maxInboxItemsPerAgent?: number;
   /**
    * Check the stored data at start-up (SQLite: `PRAGMA quick_check`) when the database is at
    * most this many bytes; 0 = never. Default 256 MiB. Damage found turns health NOT_SERVING
@@ -66,6 +72,8 @@ export interface ServerOptions {
   walWrites?: WalWrites;
   /** SQLite: copy an existing file before migrating its schema (core/sqlite/schema.ts); default true. */
   migrationBackup?: boolean;
+  /** SQLite: where the serve lock by device and inode goes (core/sqlite/processLock.ts); default a private directory per user in the temporary directory. */
+  serveLockDir?: string;
   retention?: RetentionPolicy;
   /** How often pruning runs after the start-up pass; default 10 minutes. 0 = never. */
   pruneIntervalMs?: number;
@@ -129,6 +137,16 @@ export interface ServerOptions {
   maxJsonDepth?: number;
   /** A connection must send the HTTP/2 preface or an HTTP/1.1 request head within this; default 10 s. */
   handshakeTimeoutMs?: number;
+  /** Every request head (HTTP/2: every frame) must arrive whole within this once it has begun; default 10 s. */
+  requestHeadTimeoutMs?: number;
+  /** Connections one peer address may have open at once; 0 = no limit. Default 256. */
+  maxConnectionsPerPeer?: number;
+  /** Streaming calls open at once on the server; default 10,000. */
+  maxOpenStreams?: number;
+  /** Streams of the services open without a token (health Watch, reflection) opened without one, server-wide; default 1,000. */
+  maxUnauthenticatedStreams?: number;
+  /** The same on one connection; default 8. */
+  maxUnauthenticatedStreamsPerConnection?: number;
   /** A connection with no request in progress is closed after this; 0 = never. Default 120 s. */
   idleTimeoutMs?: number;
   /** Browser origins allowed by CORS ("*" = any); absent or empty = CORS off. */
@@ -189,10 +207,16 @@ export const DEFAULTS = {
   requestBodyTimeoutMs: 30_000,
   maxJsonDepth: 64,
   handshakeTimeoutMs: 10_000,
+  requestHeadTimeoutMs: 10_000,
   idleTimeoutMs: 120_000,
+  maxConnectionsPerPeer: 256,
+  maxOpenStreams: 10_000,
+  maxUnauthenticatedStreams: 1_000,
+  maxUnauthenticatedStreamsPerConnection: 8,
   healthCheckIntervalMs: 1_000,
   startupCheckMaxBytes: 256 * 1024 * 1024,
   maxWatchersPerTarget: DEFAULT_MAX_WATCHERS_PER_TARGET,
+  maxInboxItemsPerAgent: DEFAULT_MAX_INBOX_ITEMS,
   taskSummaryMaxChars: DEFAULT_TASK_LIMITS.summaryMaxChars,
   taskListMax: DEFAULT_TASK_LIMITS.listMax,
   taskRecentMinutes: DEFAULT_TASK_LIMITS.recentMs / 60_000,
@@ -229,7 +253,9 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     walCheckpoint: options.walCheckpoint,
     walWrites: options.walWrites,
     migrationBackup: options.migrationBackup,
+    serveLockDir: options.serveLockDir,
     poolSize: options.poolSize,
+    pgTimeouts: options.pgTimeouts,
     metrics,
     log: (level, msg, fields) => logger.log(level, msg, fields),
   });
@@ -239,6 +265,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
     monotonic: options.monotonic,
     retention: options.retention ?? DEFAULT_RETENTION,
     maxWatchersPerTarget: options.maxWatchersPerTarget,
+    maxInboxItemsPerAgent: options.maxInboxItemsPerAgent,
     maxSpawnDepth: options.maxSpawnDepth,
     metrics,
     // The task registry (design §6.3) registers each spawn's task here, in the spawn's transaction.
@@ -306,7 +333,7 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
   await runPrune(core, messaging, storage, storageHealth, logger, { tasks, deliveries });
   // NOT_SERVING while the database does not answer (a PostgreSQL restart), SERVING again once it does.
   const healthTimer = setInterval(() => {
-    void storage.ping().then((up) => storageHealth.setReachable(up));
+    void storageHealth.refresh(() => storage.ping());
   }, options.healthCheckIntervalMs ?? DEFAULTS.healthCheckIntervalMs).unref();
 
   const shutdown = new AbortController();
@@ -356,14 +383,25 @@ export async function startServer(options: ServerOptions = {}): Promise<RunningS
       requestBodyTimeoutMs: options.requestBodyTimeoutMs ?? DEFAULTS.requestBodyTimeoutMs,
       maxJsonDepth: options.maxJsonDepth ?? DEFAULTS.maxJsonDepth,
       handshakeTimeoutMs: options.handshakeTimeoutMs ?? DEFAULTS.handshakeTimeoutMs,
+      requestHeadTimeoutMs: options.requestHeadTimeoutMs ?? DEFAULTS.requestHeadTimeoutMs,
       idleTimeoutMs: options.idleTimeoutMs ?? DEFAULTS.idleTimeoutMs,
+      maxConnectionsPerPeer: options.maxConnectionsPerPeer ?? DEFAULTS.maxConnectionsPerPeer,
+      maxOpenStreams: options.maxOpenStreams ?? DEFAULTS.maxOpenStreams,
+      maxUnauthenticatedStreams: options.maxUnauthenticatedStreams ?? DEFAULTS.maxUnauthenticatedStreams,
+      maxUnauthenticatedStreamsPerConnection: options.maxUnauthenticatedStreamsPerConnection ?? DEFAULTS.maxUnauthenticatedStreamsPerConnection,
       readMaxBytes: options.readMaxBytes ?? DEFAULTS.readMaxBytes,
       writeMaxBytes: 16 * 1024 * 1024,
       compressMinBytes: options.compressMinBytes ?? DEFAULTS.compressMinBytes,
     },
     corsOrigins: options.corsOrigins ?? [],
-    // Ready once started and until stopping, while the database answers a trivial query.
-    readiness: { phase: () => (phase === "serving" ? undefined : phase), ping: () => storage.ping() },
+    // Ready once started and until stopping, while the database serves: what health reports, asked afresh.
+    readiness: {
+      notReady: async () => {
+        if (phase !== "serving") return phase;
+        await storageHealth.refresh(() => storage.ping());
+        return storageHealth.notServing();
+      },
+    },
     metrics,
     metricsListener: options.metricsListener,
     console: createConsole(loadConsole(options.consoleDir ?? defaultConsoleDir())),

@@ -11,6 +11,8 @@
  *   they hit the damage. Nothing clears the mark but a restart: a damaged file does not heal.
  * - Unreachable (a PostgreSQL restart): health is NOT_SERVING while the database does not
  *   answer and SERVING again once it does; calls meanwhile fail with UNAVAILABLE on their own.
+ * This is the one record of whether the database serves: grpc.health.v1 and /readyz both
+ * report it (`notServing`), so a probe and a health check never disagree.
  */
 import { Code, ConnectError, type Interceptor } from "@connectrpc/connect";
 import { HealthCheckResponse_ServingStatus as ServingStatus } from "../../gen/grpc/health/v1/health_pb.js";
@@ -62,6 +64,21 @@ export class StorageHealth implements StorageWatch {
     this.publish();
   }
 
+  /**
+   * Why the database does not serve now, in words for an unauthenticated probe (the details
+   * are in the log and in the DATA_LOSS answers authorized callers get), or undefined.
+   */
+  notServing(): string | undefined {
+    if (this.damage) return "the database is damaged (the server log says how; writes are refused)";
+    if (!this.reachable) return "the database does not answer";
+    return undefined;
+  }
+
+  /** Asks the database a trivial query now (`ping`) and records whether it answered. */
+  async refresh(ping: () => Promise<boolean>): Promise<void> {
+    this.setReachable(await ping().catch(() => false));
+  }
+
   /** The database answers (or not) a trivial query now. */
   setReachable(up: boolean): void {
     if (up === this.reachable) return;
@@ -72,7 +89,7 @@ export class StorageHealth implements StorageWatch {
   }
 
   private publish(): void {
-    const status = this.damage || !this.reachable ? ServingStatus.NOT_SERVING : ServingStatus.SERVING;
+    const status = this.notServing() === undefined ? ServingStatus.SERVING : ServingStatus.NOT_SERVING;
     for (const service of ["", ...this.services]) this.health.set(service, status);
   }
 

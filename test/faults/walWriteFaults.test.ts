@@ -209,10 +209,11 @@ async function runLane(mode: "gathered" | "direct", library: string): Promise<Ta
       tally.cut += victims.length;
     } else {
       tally.refused += victims.length;
-      // ENOSPC (and a short write, which ends in it) is "storage full … nothing was written".
-      // EIO is not mapped to a code of its own (it answers INTERNAL); what it left is checked
-      // in the file after the restart, like the others.
-      if (round.action !== "eio" && error?.code !== Code.ResourceExhausted) tally.problems.push(`${when}: answered ${error?.code} ${error?.rawMessage}`);
+      // ENOSPC (and a short write, which ends in it) is "storage full … nothing was written";
+      // EIO is "storage I/O error … nothing was written", to retry. What each left is checked
+      // in the file after the restart.
+      const expected = round.action === "eio" ? Code.Unavailable : Code.ResourceExhausted;
+      if (error?.code !== expected) tally.problems.push(`${when}: answered ${error?.code} ${error?.rawMessage}`);
       if (round.thenAppend) await append(c.writer, ledger, [event("after")]);
       await server.kill9();
     }

@@ -4,7 +4,7 @@
  * server other tests use. As root (CI), the server runs as the `postgres` user.
  */
 import { execFile } from "node:child_process";
-import { chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
+import { appendFileSync, chownSync, existsSync, mkdtempSync, readdirSync, rmSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
 import { promisify } from "node:util";
@@ -28,7 +28,14 @@ export interface PrivatePostgres {
   remove(): Promise<void>;
 }
 
-export async function privatePostgres(port: number): Promise<PrivatePostgres> {
+export interface PrivatePostgresOptions {
+  /** Addresses to listen on besides 127.0.0.1 (each must exist on this machine before start). */
+  listenAddresses?: string[];
+  /** Networks (CIDR) whose connections are trusted, besides loopback. */
+  trustNetworks?: string[];
+}
+
+export async function privatePostgres(port: number, network: PrivatePostgresOptions = {}): Promise<PrivatePostgres> {
   const bin = binDir();
   const dir = mkdtempSync(join(tmpdir(), "sessionstate-pg-"));
   const data = join(dir, "data");
@@ -41,7 +48,9 @@ export async function privatePostgres(port: number): Promise<PrivatePostgres> {
   const pgCmd = (tool: string, args: string[]) =>
     asRoot ? run("runuser", ["-u", "postgres", "--", join(bin, tool), ...args]) : run(join(bin, tool), args);
   await pgCmd("initdb", ["-D", data, "-A", "trust", "-U", "postgres", "--no-sync", "--no-instructions"]);
-  const options = `-p ${port} -k ${dir} -c listen_addresses=127.0.0.1 -c fsync=off -c full_page_writes=off`;
+  for (const cidr of network.trustNetworks ?? []) appendFileSync(join(data, "pg_hba.conf"), `host all all ${cidr} trust\n`);
+  const listen = ["127.0.0.1", ...(network.listenAddresses ?? [])].join(",");
+  const options = `-p ${port} -k ${dir} -c listen_addresses=${listen} -c fsync=off -c full_page_writes=off`;
   const instance: PrivatePostgres = {
     port,
     url: (database = "postgres") => `postgres://postgres@127.0.0.1:${port}/${database}`,

@@ -357,7 +357,8 @@ export type SendToSessionRequest = Message<"sessionstate.v1.SendToSessionRequest
   } | {
     /**
      * By a known session id (current or earlier transcript) of a visible session; one-line
-     * text, at most 128 bytes. Unknown or not visible is NOT_FOUND.
+     * text, at most 128 bytes. Unknown or not visible is NOT_FOUND; visible sessions of
+     * several agents with that id are FAILED_PRECONDITION.
      *
      * @generated from field: string session_id = 5;
      */
@@ -392,6 +393,9 @@ export type SendToSessionRequest = Message<"sessionstate.v1.SendToSessionRequest
   /**
    * True: after the message is stored (routing succeeded), the sender watches the session
    * that actually received it, from its current stateVersion (design §3.1 explicit watch).
+   * The watch takes WatchService.Watch's rule: a gateway token needs the target's agent too
+   * (a watch reads its target); without it the message still goes, and the answer says
+   * watched false with Watch's denial in watch_reason.
    *
    * @generated from field: bool watch = 9;
    */
@@ -451,7 +455,8 @@ export type SendToSessionResponse = Message<"sessionstate.v1.SendToSessionRespon
 
   /**
    * With watch: why the sender does not watch (for example a sender key that is not
-   * agent-qualified, or the target's watcher limit). Empty otherwise.
+   * agent-qualified, the target's watcher limit, or a token without the target's agent).
+   * Empty otherwise.
    *
    * @generated from field: string watch_reason = 7;
    */
@@ -638,8 +643,9 @@ export type ReplyToMessageRequest = Message<"sessionstate.v1.ReplyToMessageReque
   messageId: string;
 
   /**
-   * The session that replies: the message's receiving session (FAILED_PRECONDITION
-   * otherwise). session_key is a key (see "Text rules" in session.proto).
+   * The session that replies: the message's receiving session. A message sent to another
+   * session answers NOT_FOUND exactly as an unknown message_id does (naming nothing of whom
+   * it was for). session_key is a key (see "Text rules" in session.proto).
    *
    * @generated from field: sessionstate.v1.SessionRef responder = 2;
    */
@@ -914,7 +920,10 @@ export const ReplyOutcomeSchema: GenEnum<ReplyOutcome> = /*@__PURE__*/
  * The inbox also carries the task registry's cancel requests (TaskService.CancelTask) to the
  * Gateway running the task. Delivery is at least once: an item stays in the inbox, with the
  * same item_id, until its agent's Gateway acknowledges it, and is replayed when a stream
- * opens again (after a Gateway or a service restart).
+ * opens again (after a Gateway or a service restart). An agent's inbox holds at most
+ * --max-inbox-items-per-agent items (default 10,000): a call that would queue one more
+ * (SendToSession, ReplyToMessage, CancelTask) is RESOURCE_EXHAUSTED naming the agent's inbox
+ * and the limit, and changes nothing.
  *
  * An exchange maps onto an A2A (lf.a2a.v1) task one to one: see docs/coordination.md.
  *
@@ -925,7 +934,8 @@ export const MessagingService: GenService<{
    * sessions_send: stores a message for another session and queues it in that session's
    * agent's inbox. With timeout_seconds 0 it answers at once (ACCEPTED); otherwise it waits
    * for the target's reply up to that many seconds (REPLIED with the reply, or TIMEOUT; a
-   * reply that arrives later reaches the sender's inbox).
+   * reply that arrives later reaches the sender's inbox). RESOURCE_EXHAUSTED when the
+   * target's agent's inbox is full (nothing is stored).
    *
    * @generated from rpc sessionstate.v1.MessagingService.SendToSession
    */
@@ -936,8 +946,8 @@ export const MessagingService: GenService<{
   },
   /**
    * Every inbox item of the selected agent or sessions that was not acknowledged yet (oldest
-   * first), then REPLAY_COMPLETE, then each new item as it is queued, with heartbeats on an
-   * idle stream. One stream never sends the same item twice.
+   * first within each agent, however many), then REPLAY_COMPLETE, then each new item as it
+   * is queued, with heartbeats on an idle stream. One stream never sends the same item twice.
    *
    * @generated from rpc sessionstate.v1.MessagingService.StreamInbox
    */
@@ -959,7 +969,8 @@ export const MessagingService: GenService<{
   /**
    * The reply of the session that received a message (an item with reply_expected). The
    * service forwards it to the other session as the exchange's next turn, or ends the
-   * exchange (REPLY_SKIP, the turn limit, a failed turn) and says so.
+   * exchange (REPLY_SKIP, the turn limit, a failed turn) and says so. RESOURCE_EXHAUSTED
+   * when the inbox the reply goes to is full (nothing is stored).
    *
    * @generated from rpc sessionstate.v1.MessagingService.ReplyToMessage
    */

@@ -179,6 +179,7 @@ export type Session = Message<"sessionstate.v1.Session"> & {
 
   /**
    * Internal session id (a Gateway's transcript id). Assigned by the service when not given.
+   * Unique within the session's agent (another agent's session may have the same id).
    *
    * @generated from field: string session_id = 3;
    */
@@ -486,7 +487,9 @@ export type UpsertSessionRequest = Message<"sessionstate.v1.UpsertSessionRequest
    * Fields below are applied when present; absent fields keep their value (or the default on
    * create: kind OTHER, run status IDLE, everything else empty/zero/false). The Gateway's
    * session id: One-line text (see "Text rules" in session.proto: no C0/C1 controls,
-   * U+2028/U+2029, bidi controls or U+FEFF), 1–128 bytes.
+   * U+2028/U+2029, bidi controls or U+FEFF), 1–128 bytes. Unique per agent: one that
+   * another session of the same agent has is FAILED_PRECONDITION; another agent's sessions
+   * are no concern (nor revealed).
    *
    * @generated from field: optional string session_id = 2;
    */
@@ -634,8 +637,10 @@ export type GetSessionRequest = Message<"sessionstate.v1.GetSessionRequest"> & {
 
   /**
    * The session, by its current or an earlier session id. Resolves only to sessions the
-   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
-   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
+   * requester may see (NOT_FOUND otherwise); an id that the visible sessions of several
+   * agents have is FAILED_PRECONDITION naming them (name the session by key then). One-line
+   * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls
+   * or U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */
@@ -1102,8 +1107,10 @@ export type PatchSessionRequest = Message<"sessionstate.v1.PatchSessionRequest">
 
   /**
    * The session, by its current or an earlier session id. Resolves only to sessions the
-   * requester may see. One-line text (see "Text rules" in session.proto: no C0/C1 controls,
-   * U+2028/U+2029, bidi controls or U+FEFF), at most 128 bytes.
+   * requester may see (NOT_FOUND otherwise); an id that the visible sessions of several
+   * agents have is FAILED_PRECONDITION naming them (name the session by key then). One-line
+   * text (see "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls
+   * or U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */

@@ -336,7 +336,9 @@ export type GetStatusRequest = Message<"sessionstate.v1.GetStatusRequest"> & {
    * case) clears the per-session override: back to the agent's default. At most 256 bytes.
    * Absent = read only. Given, the call is a write: it needs a token that may act for the
    * session's agent, and a requester must see the session by its own tree (no watched-group
-   * read grant). NOT_FOUND when the session is not registered.
+   * read grant). NOT_FOUND when the session is not registered. A write is never made by a
+   * GET: over Connect GET a request with model is INVALID_ARGUMENT and nothing changes (send
+   * it as a POST, or use PatchSession).
    *
    * @generated from field: optional string model = 5;
    */

@@ -25,8 +25,9 @@ export const file_sessionstate_v1_task: GenFile = /*@__PURE__*/
  */
 export type Task = Message<"sessionstate.v1.Task"> & {
   /**
-   * The task's id: what UpsertTask named (or assigned) and CancelTask takes. A task that
-   * SpawnSession registered has the child's run id as its id.
+   * The task's id: what UpsertTask named (or assigned) and CancelTask takes, unique within
+   * the agent of the task's session (another agent may use the same id for a task of its
+   * own). A task that SpawnSession registered has the child's run id as its id.
    *
    * @generated from field: string task_id = 1;
    */
@@ -137,8 +138,9 @@ export type UpsertTaskRequest = Message<"sessionstate.v1.UpsertTaskRequest"> & {
   /**
    * The task's id: one-line text (see "Text rules" in session.proto) of at most 128 bytes.
    * Empty = a new task with an id the service assigns ("task_" + a random UUID). A given id
-   * that is not known yet creates the task under that id, so a retried registration with
-   * the same id registers once.
+   * that the session's agent does not use yet creates the task under that id, so a retried
+   * registration with the same id registers once. Ids are per agent: another agent's task
+   * with the same id is a different task, and changes nothing here.
    *
    * @generated from field: string task_id = 1;
    */
@@ -147,7 +149,8 @@ export type UpsertTaskRequest = Message<"sessionstate.v1.UpsertTaskRequest"> & {
   /**
    * The session the task runs in or works for. Required (its agent is whom the call acts
    * for). Must be registered when the task is created (NOT_FOUND otherwise); on an update it
-   * must name the task's session (FAILED_PRECONDITION otherwise: a task never moves).
+   * must name the task's session (FAILED_PRECONDITION otherwise, for another session of the
+   * same agent: a task never moves).
    *
    * @generated from field: sessionstate.v1.SessionRef session = 2;
    */
@@ -355,7 +358,9 @@ export type CancelTaskRequest = Message<"sessionstate.v1.CancelTaskRequest"> & {
   requester?: Requester | undefined;
 
   /**
-   * The task: one-line text of at most 128 bytes. Required. Unknown = NOT_FOUND.
+   * The task: one-line text of at most 128 bytes. Required. Unknown, or outside the
+   * requester's tree = NOT_FOUND (the same answer). An id that names tasks of several
+   * agents in reach (the operator's view, a tree across agents) is FAILED_PRECONDITION.
    *
    * @generated from field: string task_id = 2;
    */
@@ -585,8 +590,9 @@ export const TaskService: GenService<{
    * Asks the Gateway running the task to cancel it: records the request on the task and,
    * in the same transaction, queues a cancel request on the inbox of the Gateway serving
    * the task session's agent. Allowed only inside the tree the requester controls (its own
-   * session and the sessions it spawned): a task outside it is PERMISSION_DENIED (a leaf
-   * subagent cannot cancel another session's task). A terminal task is FAILED_PRECONDITION
+   * session and the sessions it spawned): a task outside it is NOT_FOUND with the very answer
+   * an unknown id gets, so a cancel tells nothing of other sessions' tasks (a leaf subagent
+   * cannot cancel another session's task). A terminal task is FAILED_PRECONDITION
    * (like A2A's TaskNotCancelableError); asking again for a task already asked is an
    * idempotent retry (already_requested, no second inbox item). The task reaches CANCELED
    * when its Gateway reports it (UpsertTask), which logs run_failed with outcome

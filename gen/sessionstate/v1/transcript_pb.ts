@@ -140,9 +140,10 @@ export type GetHistoryRequest = Message<"sessionstate.v1.GetHistoryRequest"> & {
 
   /**
    * The session, by a session id: its current id, or an earlier one (that transcript is then
-   * returned). Resolves only to sessions the requester may see. One-line text (see "Text rules"
-   * in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or U+FEFF), at most 128
-   * bytes.
+   * returned). Resolves only to sessions the requester may see; an id that the visible
+   * sessions of several agents have is FAILED_PRECONDITION naming them. One-line text (see
+   * "Text rules" in session.proto: no C0/C1 controls, U+2028/U+2029, bidi controls or
+   * U+FEFF), at most 128 bytes.
    *
    * @generated from field: string session_id = 3;
    */

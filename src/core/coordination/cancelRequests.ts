@@ -6,7 +6,7 @@
  */
 import type { SessionId } from "../keys.js";
 import type { WriteContext } from "../watchableStore.js";
-import { enqueueInboxItem } from "./inbox.js";
+import { enqueueInboxItem, type InboxLimit } from "./inbox.js";
 
 export interface CancelRequestDraft {
   taskId: string;
@@ -18,14 +18,18 @@ export interface CancelRequestDraft {
   requestedBy?: SessionId;
 }
 
-/** Queues the request; returns the id of the inbox item that carries it. */
-export async function queueCancelRequest(ctx: WriteContext, request: CancelRequestDraft): Promise<string> {
-  const item = await enqueueInboxItem(ctx, {
-    recipient: request.session,
-    payload: {
-      kind: "cancel_request",
-      cancel: { taskId: request.taskId, runId: request.runId, session: request.session, requestedBy: request.requestedBy },
+/** Queues the request (refused when that agent's inbox is full); returns the id of the inbox item that carries it. */
+export async function queueCancelRequest(ctx: WriteContext, request: CancelRequestDraft, limit: InboxLimit): Promise<string> {
+  const item = await enqueueInboxItem(
+    ctx,
+    {
+      recipient: request.session,
+      payload: {
+        kind: "cancel_request",
+        cancel: { taskId: request.taskId, runId: request.runId, session: request.session, requestedBy: request.requestedBy },
+      },
     },
-  });
+    limit,
+  );
   return item.itemId;
 }

@@ -19,15 +19,27 @@
  * in this process after commit and from other replicas through the backend, and re-reads the
  * exchange row, which stays the truth.
  */
+import { watchDenial, type Principal } from "../access.js";
 import { DomainError, failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import { checkAgentId, checkNotThreadScoped, resolveSession, threadParentKey, type SessionId } from "../keys.js";
 import type { SessionTools, RequesterRequest } from "../sessionTools.js";
 import type { WatchResult } from "../sessionState.js";
-import { sameSession, scopeOf, unknownSessionId, type Viewer } from "../transcript/visibility.js";
+import { sameSession, scopeOf, type Viewer } from "../transcript/visibility.js";
 import { checkBytes, checkOneLine, checkRange } from "../validation.js";
 import type { WatchableStore, WriteContext } from "../watchableStore.js";
-import { ackInboxItems, checkInboxAck, enqueueInboxItem, InboxBus, INBOX_TOPIC, newId, type InboxAckOutcome } from "./inbox.js";
-import type { Exchange, ExchangeStatus, InterSessionMessage, StoredInterSessionMessage } from "./model.js";
+import {
+  ackInboxItems,
+  checkInboxAck,
+  enqueueInboxItem,
+  InboxBus,
+  INBOX_PAGE,
+  INBOX_TOPIC,
+  InboxPosition,
+  newId,
+  type InboxAckOutcome,
+  type InboxLimit,
+} from "./inbox.js";
+import type { Exchange, ExchangeStatus, InboxItem, InboxSelector, InterSessionMessage, StoredInterSessionMessage } from "./model.js";
 import { isReplySkip, renderPrompt } from "./render.js";
 
 export const DEFAULT_MAX_REPLY_TURNS = 5;
@@ -63,6 +75,8 @@ export interface SendRequest {
   /** undefined = the default (30 s, at most the limit). */
   timeoutSeconds?: number;
   watch: boolean;
+  /** Who calls (its token), for watch: a watch needs the target's agent too (access.ts watchAgents); undefined = no authentication. */
+  caller?: Principal;
   /** Aborts the wait (the call was cancelled): it ends like a timeout. */
   signal?: AbortSignal;
 }
@@ -110,6 +124,7 @@ export class Messaging {
   readonly maxMessageBytes: number;
   private readonly tools: SessionTools;
   private readonly store: WatchableStore;
+  private readonly inboxLimit: InboxLimit;
   private readonly waiters = new Map<string, Set<() => void>>();
   private readonly stops: (() => void)[];
   private readonly sweeps = new Set<NodeJS.Timeout>();
@@ -118,6 +133,7 @@ export class Messaging {
   constructor(options: MessagingOptions) {
     this.tools = options.tools;
     this.store = options.tools.state.store;
+    this.inboxLimit = options.tools.state.inboxLimit;
     this.maxReplyTurns = limit("maxReplyTurns", options.maxReplyTurns ?? DEFAULT_MAX_REPLY_TURNS, 1, MAX_REPLY_TURNS_LIMIT);
     this.maxSendTimeoutSeconds = limit("maxSendTimeoutSeconds", options.maxSendTimeoutSeconds ?? DEFAULT_MAX_SEND_TIMEOUT_SECONDS, 1, MAX_SEND_TIMEOUT_LIMIT);
     this.maxMessageBytes = limit("maxMessageBytes", options.maxMessageBytes ?? DEFAULT_MAX_MESSAGE_BYTES, 1, MAX_MESSAGE_BYTES_LIMIT);
@@ -179,7 +195,7 @@ export class Messaging {
         };
         await ctx.tx.messaging.insertExchange(exchange);
         await ctx.tx.messaging.insertMessage(message);
-        await enqueueInboxItem(ctx, { recipient: target, payload: { kind: "message", message: view(message, true, "") } });
+        await enqueueInboxItem(ctx, { recipient: target, payload: { kind: "message", message: view(message, true, "") } }, this.inboxLimit);
         return { exchange, message };
       },
       { lock: [sender, target] },
@@ -188,11 +204,17 @@ export class Messaging {
     // Routing succeeded: the watch is on the session that actually received the message.
     let watch: WatchResult | undefined;
     if (request.watch) {
-      try {
-        watch = await this.tools.state.watch(sender.sessionKey, target);
-      } catch (err) {
-        if (!(err instanceof DomainError) || err.storageCode !== undefined) throw err;
-        watch = { watched: false, reason: err.message };
+      // The same rule as WatchService/Watch: outside it the message still went, unwatched.
+      const denial = watchDenial(request.caller, sender.sessionKey, target);
+      if (denial !== undefined) {
+        watch = { watched: false, reason: denial };
+      } else {
+        try {
+          watch = await this.tools.state.watch(sender.sessionKey, target);
+        } catch (err) {
+          if (!(err instanceof DomainError) || err.storageCode !== undefined) throw err;
+          watch = { watched: false, reason: err.message };
+        }
       }
     }
     const base = { messageId: message.messageId, target, watch };
@@ -222,9 +244,7 @@ export class Messaging {
       field = "session_id";
       checkOneLine("session_id", target.sessionId, 128);
       if (target.sessionId === "") throw invalidArgument("session_id", "must not be empty");
-      const found = await this.tools.transcripts.findSessionId(target.sessionId);
-      if (!found || !(await this.tools.isVisible(viewer, found.session, "write"))) throw unknownSessionId(viewer, target.sessionId);
-      session = found.session;
+      session = (await this.tools.sessionOfId(viewer, target.sessionId, "write")).session;
     }
     // A label or id that names a thread is refused like a thread key: use the parent channel.
     const parent = threadParentKey(session.sessionKey);
@@ -330,9 +350,9 @@ export class Messaging {
     if (request.text === "" && !request.failed) throw invalidArgument("text", "must not be empty (an empty text only goes with failed: true)");
     const found = await this.store.read(async (tx) => {
       const m = await tx.messaging.message(request.messageId);
-      return m && (await tx.messaging.exchange(m.exchangeId));
+      return m && sameSession(m.recipient, responder) ? tx.messaging.exchange(m.exchangeId) : undefined;
     });
-    if (!found) throw notFound(`message "${request.messageId}" is not known`);
+    if (!found) throw unknownMessage(request.messageId, responder);
     const { result, heldUntil } = await this.store.write((ctx) => this.replyUnit(ctx, request, responder), { lock: [found.sender, found.target] });
     // Held for a waiting sender: if that call is gone by its deadline, the reply goes to its inbox then.
     if (heldUntil !== undefined) this.sweepAt(heldUntil);
@@ -351,13 +371,8 @@ export class Messaging {
 
   private async replyUnit(ctx: WriteContext, request: ReplyRequest, responder: SessionId): Promise<{ result: ReplyResult; heldUntil?: number }> {
     const m = await ctx.tx.messaging.message(request.messageId);
-    const x = m && (await ctx.tx.messaging.exchange(m.exchangeId));
-    if (!m || !x) throw notFound(`message "${request.messageId}" is not known`);
-    if (!sameSession(m.recipient, responder)) {
-      throw failedPrecondition(
-        `message "${m.messageId}" was sent to "${m.recipient.sessionKey}" (agent ${m.recipient.agentId}); "${responder.sessionKey}" (agent ${responder.agentId}) cannot answer it`,
-      );
-    }
+    const x = m && sameSession(m.recipient, responder) ? await ctx.tx.messaging.exchange(m.exchangeId) : undefined;
+    if (!m || !x) throw unknownMessage(request.messageId, responder);
     const earlier = await ctx.tx.messaging.messageAtTurn(x.exchangeId, m.turn + 1);
     if (earlier) {
       const ended = x.end !== "" && x.turns === earlier.turn;
@@ -385,15 +400,16 @@ export class Messaging {
         // The sender's SendToSession still waits: the reply is its answer, not an inbox item.
         next.heldReply = reply.messageId;
       } else {
-        await enqueueInboxItem(ctx, {
-          recipient: reply.recipient,
-          payload: { kind: "reply", reply: view(reply, false, m.messageId), exchange: statusOf(next), late: reply.turn === 1 },
-        });
+        await enqueueInboxItem(
+          ctx,
+          { recipient: reply.recipient, payload: { kind: "reply", reply: view(reply, false, m.messageId), exchange: statusOf(next), late: reply.turn === 1 } },
+          this.inboxLimit,
+        );
       }
     } else {
       // The loop goes on: the other session is asked for the next turn.
       next.state = sameSession(reply.recipient, x.sender) ? "input_required" : "submitted";
-      await enqueueInboxItem(ctx, { recipient: reply.recipient, payload: { kind: "message", message: view(reply, true, m.messageId) } });
+      await enqueueInboxItem(ctx, { recipient: reply.recipient, payload: { kind: "message", message: view(reply, true, m.messageId) } }, this.inboxLimit);
     }
     await ctx.tx.messaging.updateExchange(next);
     ctx.wake(EXCHANGES_TOPIC, [x.exchangeId]);
@@ -409,11 +425,13 @@ export class Messaging {
   async ack(agentId: string, itemIds: readonly string[]): Promise<InboxAckOutcome[]> {
     const checked = checkInboxAck(agentId, itemIds);
     return this.store.write(async (ctx) => {
-      const outcomes = await ackInboxItems(ctx, checked.agentId, checked.itemIds);
+      // Every exchange's sessions locked in one sorted pass before the items go (removing them
+      // takes the agent's queue, which a queuing unit takes after its sessions).
+      const outcomes = await ackInboxItems(ctx, checked.agentId, checked.itemIds, async (found) => {
+        await ctx.tx.lock(found.flatMap((i) => (i.payload.kind === "message" ? [i.payload.message.sender, i.payload.message.recipient] : [])));
+      });
       const taken = outcomes.flatMap((o) => (o.item?.payload.kind === "message" ? [o.item.payload.message] : []));
-      if (taken.length === 0) return outcomes;
-      // Every exchange's sessions locked in one sorted pass, then each re-read under its lock.
-      await ctx.tx.lock(taken.flatMap((m) => [m.sender, m.recipient]));
+      // Each exchange re-read under its sessions' locks.
       for (const m of taken) {
         const x = await ctx.tx.messaging.exchange(m.exchangeId);
         if (x?.state === "submitted" && x.turns === m.turn && sameSession(m.recipient, x.target)) {
@@ -422,6 +440,16 @@ export class Messaging {
       }
       return outcomes;
     });
+  }
+
+  /** A stream's position in the selected inboxes, from the start (StreamInbox replays, then reads what comes). */
+  inboxPosition(selector: InboxSelector, pageSize = INBOX_PAGE): InboxPosition {
+    return new InboxPosition(selector, pageSize, this.tools.state.metrics);
+  }
+
+  /** The items after `position` for `agents` (default: all it selects), moving it past them. */
+  newInboxItems(position: InboxPosition, agents?: readonly string[]): AsyncGenerator<InboxItem> {
+    return position.newItems((unit) => this.store.read(unit), agents);
   }
 
   // ---- Recovery and retention ---------------------------------------------------------------------------
@@ -436,27 +464,38 @@ export class Messaging {
     for (;;) {
       const held = await this.store.read(async (tx) => tx.messaging.heldReplies(this.tools.state.now(), SWEEP_BATCH));
       if (held.length === 0) return released;
+      let releasedNow = 0;
       for (const h of held) {
-        released += await this.store.write(
-          async (ctx) => {
-            const x = await ctx.tx.messaging.exchange(h.exchangeId);
-            if (!x || x.heldReply === "" || x.waitUntil >= ctx.now) return 0;
-            const reply = await ctx.tx.messaging.message(x.heldReply);
-            const next: Exchange = { ...x, heldReply: "", waitUntil: 0, updatedAt: ctx.now };
-            await ctx.tx.messaging.updateExchange(next);
-            if (reply) {
-              await enqueueInboxItem(ctx, {
-                recipient: reply.recipient,
-                payload: { kind: "reply", reply: view(reply, false, await this.idAtTurn(ctx, x.exchangeId, 0)), exchange: statusOf(next), late: true },
-              });
-            }
-            return 1;
-          },
-          { lock: [h.sender, h.target] },
-        );
+        try {
+          releasedNow += await this.store.write((ctx) => this.releaseHeldReply(ctx, h.exchangeId), { lock: [h.sender, h.target] });
+        } catch (err) {
+          // The sender's inbox is full: the reply stays held, for a later pass.
+          if (!(err instanceof DomainError && err.kind === "resource_exhausted" && err.storageCode === undefined)) throw err;
+        }
       }
-      if (held.length < SWEEP_BATCH) return released;
+      released += releasedNow;
+      // A batch that released nothing would come back the same.
+      if (held.length < SWEEP_BATCH || releasedNow === 0) return released;
     }
+  }
+
+  private async releaseHeldReply(ctx: WriteContext, exchangeId: string): Promise<number> {
+    const x = await ctx.tx.messaging.exchange(exchangeId);
+    if (!x || x.heldReply === "" || x.waitUntil >= ctx.now) return 0;
+    const reply = await ctx.tx.messaging.message(x.heldReply);
+    const next: Exchange = { ...x, heldReply: "", waitUntil: 0, updatedAt: ctx.now };
+    await ctx.tx.messaging.updateExchange(next);
+    if (reply) {
+      await enqueueInboxItem(
+        ctx,
+        {
+          recipient: reply.recipient,
+          payload: { kind: "reply", reply: view(reply, false, await this.idAtTurn(ctx, x.exchangeId, 0)), exchange: statusOf(next), late: true },
+        },
+        this.inboxLimit,
+      );
+    }
+    return 1;
   }
 
   /** Removes ended exchanges (and their messages) last changed before `updatedBefore`; returns how many. */
@@ -475,6 +514,15 @@ export class Messaging {
     for (const timer of this.sweeps) clearTimeout(timer);
     this.sweeps.clear();
   }
+}
+
+/**
+ * NOT_FOUND for a message the responder did not receive: the same answer whether the id names
+ * nothing or another session's message, so a reply cannot tell the two apart, nor learn
+ * whom another message was for.
+ */
+function unknownMessage(messageId: string, responder: SessionId): DomainError {
+  return notFound(`no message "${messageId}" was sent to "${responder.sessionKey}" (agent ${responder.agentId}), so it has nothing to answer`);
 }
 
 function view(m: StoredInterSessionMessage, replyExpected: boolean, inReplyTo: string): InterSessionMessage {

@@ -51,6 +51,7 @@ export interface TaskRecord {
 export interface TaskPosition {
   updatedAt: number;
   taskId: string;
+  agentId: string;
 }
 
 export interface TaskFilter {

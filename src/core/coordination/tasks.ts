@@ -11,7 +11,7 @@
  * States are A2A's (taskModel.ts). Transport-free: the Connect handlers sit on top.
  */
 import { createHash, randomUUID } from "node:crypto";
-import { DomainError, failedPrecondition, invalidArgument, notFound } from "../errors.js";
+import { failedPrecondition, invalidArgument, notFound } from "../errors.js";
 import { resolveSession, type SessionId } from "../keys.js";
 import type { EventDraft, RunOutcome } from "../model.js";
 import type { SessionTools, RequesterRequest } from "../sessionTools.js";
@@ -136,7 +136,8 @@ export class TaskRegistry {
     }
     return this.store.write(
       async (ctx) => {
-        const existing = await ctx.tx.tasks.task(taskId);
+        // Ids are the agent's own: another agent's task with this id is no concern here.
+        const existing = await ctx.tx.tasks.task(session.agentId, taskId);
         if (!existing) {
           if (input.kind === undefined) throw invalidArgument("kind", "is required when a task is created");
           if (!(await ctx.tx.registry.sessionFields(session))) {
@@ -165,7 +166,7 @@ export class TaskRegistry {
           return { task, created: true, runEndSequence };
         }
         if (!sameSession(existing.session, session)) {
-          throw failedPrecondition(`task "${taskId}" belongs to another session; a task never moves (register a new task instead)`);
+          throw failedPrecondition(`task "${taskId}" belongs to another session of agent ${session.agentId}; a task never moves (register a new task instead)`);
         }
         if (input.kind !== undefined && input.kind !== existing.kind) {
           throw failedPrecondition(`task "${taskId}" is of kind ${existing.kind.toUpperCase()}; its kind never changes`);
@@ -227,7 +228,7 @@ export class TaskRegistry {
     const last = tasks[tasks.length - 1];
     return {
       tasks,
-      nextPageToken: rows.length > size ? encodePageToken(query, { updatedAt: last.updatedAt, taskId: last.taskId }) : "",
+      nextPageToken: rows.length > size ? encodePageToken(query, { updatedAt: last.updatedAt, taskId: last.taskId, agentId: last.session.agentId }) : "",
       mode: reportedMode(viewer),
       warning: visibilityWarning(viewer),
     };
@@ -240,18 +241,16 @@ export class TaskRegistry {
     if (taskId === "") throw invalidArgument("task_id", "is required");
     const viewer = await this.tools.viewer(requester);
     return this.store.write(async (ctx) => {
-      const found = await ctx.tx.tasks.task(taskId);
-      if (!found) throw notFound(`task "${taskId}" is not known`);
+      const found = await taskToCancel(ctx.tx, viewer, taskId);
       await ctx.tx.lock([found.session]);
       // Read again under the session's lock: a concurrent cancel may have just committed.
-      const task = (await ctx.tx.tasks.task(taskId)) ?? found;
-      await checkControls(ctx.tx, viewer, task);
+      const task = (await ctx.tx.tasks.task(found.session.agentId, taskId)) ?? found;
       if (isTerminal(task.state)) {
         throw failedPrecondition(`task "${taskId}" already ended as ${task.state.toUpperCase()}; there is nothing to cancel`);
       }
       if (task.cancelRequestedAt !== undefined) return { task, alreadyRequested: true, cancelRequestId: task.cancelRequestId };
       const requestedBy = viewer.kind === "requester" ? viewer.session : undefined;
-      const cancelRequestId = await queueCancelRequest(ctx, { taskId, runId: task.runId, session: task.session, requestedBy });
+      const cancelRequestId = await queueCancelRequest(ctx, { taskId, runId: task.runId, session: task.session, requestedBy }, this.tools.state.inboxLimit);
       const updated: TaskRecord = { ...task, cancelRequestedAt: ctx.now, cancelRequestedBy: requestedBy, cancelRequestId, updatedAt: ctx.now };
       await ctx.tx.tasks.updateTask(updated);
       return { task: updated, alreadyRequested: false, cancelRequestId };
@@ -286,17 +285,37 @@ function controlScope(viewer: Viewer & { kind: "requester" }): VisibilityScope {
   return viewer.mode === "self" ? { mode: "self", root: viewer.session } : { mode: "tree", root: viewer.session, watchedGroups: false };
 }
 
-async function checkControls(tx: Tx, viewer: Viewer, task: TaskRecord): Promise<void> {
-  if (viewer.kind === "operator") return;
+/** Tasks of one id that CancelTask considers (ids are unique per agent, so a few at most). */
+const CANCEL_CANDIDATES = 16;
+
+/**
+ * The task CancelTask names: of the tasks with this id, the one inside the tree the requester
+ * controls (the operator: the only one). A task outside that tree answers exactly as an id
+ * nobody uses — NOT_FOUND, the same words, nothing of the task's session or agent — so a
+ * cancel cannot tell whether another session's task exists.
+ */
+async function taskToCancel(tx: Tx, viewer: Viewer, taskId: string): Promise<TaskRecord> {
+  const candidates = await tx.tasks.tasksWithId(taskId, CANCEL_CANDIDATES);
+  const inReach: TaskRecord[] = [];
+  for (const task of candidates) if (await controls(tx, viewer, task)) inReach.push(task);
+  if (inReach.length === 0) {
+    if (viewer.kind === "operator") throw notFound(`task "${taskId}" is not known`);
+    const tree = controlScope(viewer).mode === "self" ? `its own session (visibility mode "self")` : "its own session and the sessions it spawned";
+    throw notFound(`task "${taskId}" is not known in the tree "${viewer.session.sessionKey}" controls (${tree}); a session cancels only tasks inside it`);
+  }
+  if (inReach.length > 1) {
+    // Only tasks the caller may cancel anyway are named.
+    const names = inReach.map((t) => `"${t.session.sessionKey}" (agent ${t.session.agentId})`).join(", ");
+    throw failedPrecondition(`task id "${taskId}" names tasks of several agents in reach: ${names}; cancel through a requester whose tree holds only one`);
+  }
+  return inReach[0];
+}
+
+async function controls(tx: Tx, viewer: Viewer, task: TaskRecord): Promise<boolean> {
+  if (viewer.kind === "operator") return true;
   const scope = controlScope(viewer);
   const ancestors = sameSession(task.session, viewer.session) ? [] : await tx.registry.ancestorsOf(task.session, MAX_ANCESTRY);
-  if (canSee(scope, task.session, ancestors)) return;
-  const tree = scope.mode === "self" ? `its own session (visibility mode "self")` : "its own session and the sessions it spawned";
-  throw new DomainError(
-    "permission_denied",
-    `task "${task.taskId}" runs in session "${task.session.sessionKey}" (agent ${task.session.agentId}), outside the tree ` +
-      `"${viewer.session.sessionKey}" controls (${tree}); a session cancels only tasks inside it`,
-  );
+  return canSee(scope, task.session, ancestors);
 }
 
 /**
@@ -336,7 +355,7 @@ function queryId(viewer: Viewer, session: SessionId | undefined, states: readonl
 }
 
 function encodePageToken(query: string, at: TaskPosition): string {
-  return Buffer.from(JSON.stringify({ q: query, u: at.updatedAt, t: at.taskId })).toString("base64url");
+  return Buffer.from(JSON.stringify({ q: query, u: at.updatedAt, t: at.taskId, a: at.agentId })).toString("base64url");
 }
 
 function decodePageToken(token: string, query: string): TaskPosition | undefined {
@@ -349,25 +368,26 @@ function decodePageToken(token: string, query: string): TaskPosition | undefined
   } catch {
     throw bad();
   }
-  const p = (parsed ?? {}) as { q?: unknown; u?: unknown; t?: unknown };
+  const p = (parsed ?? {}) as { q?: unknown; u?: unknown; t?: unknown; a?: unknown };
   if (typeof p !== "object" || p.q !== query || typeof p.u !== "number" || !Number.isSafeInteger(p.u) || typeof p.t !== "string") throw bad();
-  return { updatedAt: p.u, taskId: p.t };
+  if (p.a !== undefined && typeof p.a !== "string") throw bad();
+  return { updatedAt: p.u, taskId: p.t, agentId: p.a ?? "" };
 }
 
 // ---- Hooks into spawn and session_status -------------------------------------------------------------
 
 /**
  * The spawn's task registration (spawnTasks.ts): inside the spawn's transaction, the child's
- * run becomes a WORKING task of kind SUBAGENT or ACP with the child's run id as its id. A
- * retried spawn with the same run id finds its task and changes nothing; a run id that names
- * another session's task fails the spawn.
+ * run becomes a WORKING task of kind SUBAGENT or ACP with the child's run id as its id (in the
+ * child's agent). A retried spawn with the same run id finds its task and changes nothing; a
+ * run id that names another task of that agent fails the spawn.
  */
 export function spawnTaskHook(limits: TaskLimits = DEFAULT_TASK_LIMITS): SpawnTaskHook {
   return async (ctx, spawned) => {
-    const existing = await ctx.tx.tasks.task(spawned.runId);
+    const existing = await ctx.tx.tasks.task(spawned.child.agentId, spawned.runId);
     if (existing) {
       if (sameSession(existing.session, spawned.child)) return;
-      throw failedPrecondition(`child_run_id "${spawned.runId}" already names a task of another session; give the spawn a fresh run id`);
+      throw failedPrecondition(`child_run_id "${spawned.runId}" already names a task of another session of agent ${spawned.child.agentId}; give the spawn a fresh run id`);
     }
     await ctx.tx.tasks.insertTask({
       taskId: spawned.runId,

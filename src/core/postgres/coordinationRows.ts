@@ -13,10 +13,24 @@ const messageOfPg = ({ text_json, ...row }: PgMessageRow) => messageOf({ ...row,
 export class PgInboxRows implements InboxRows {
   constructor(private readonly c: PgConnection) {}
 
+  async takeQueue(agentId: string): Promise<number> {
+    // The upsert locks the agent's count row until the transaction ends, even when it is new.
+    const row = await this.c.one<{ queued: number }>(
+      "inbox.takeQueue",
+      `INSERT INTO inbox_queues (agent_id, queued) VALUES ($1, 0)
+       ON CONFLICT (agent_id) DO UPDATE SET queued = inbox_queues.queued RETURNING queued`,
+      [agentId],
+    );
+    return row!.queued;
+  }
+
   async insertItem(row: Omit<InboxRow, "sequence">): Promise<number> {
     const inserted = await this.c.one<{ sequence: number }>(
       "inbox.insert",
-      `INSERT INTO inbox_items (item_id, agent_id, session_key, kind, body, enqueued_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING sequence`,
+      `WITH counted AS (
+         INSERT INTO inbox_queues (agent_id, queued) VALUES ($2, 1)
+         ON CONFLICT (agent_id) DO UPDATE SET queued = inbox_queues.queued + 1)
+       INSERT INTO inbox_items (item_id, agent_id, session_key, kind, body, enqueued_at) VALUES ($1, $2, $3, $4, $5, $6) RETURNING sequence`,
       [row.itemId, row.agentId, row.sessionKey, row.kind, row.body, row.enqueuedAt],
     );
     return inserted!.sequence;
@@ -38,17 +52,32 @@ export class PgInboxRows implements InboxRows {
     return rows.map(inboxRowOf);
   }
 
-  async deleteItems(agentId: string, itemIds: readonly string[]): Promise<InboxRow[]> {
+  async items(agentId: string, itemIds: readonly string[]): Promise<InboxRow[]> {
     const rows = await this.c.rows<ItemRow>(
-      "inbox.delete",
-      `DELETE FROM inbox_items WHERE agent_id = $1 AND item_id = ANY($2::text[]) RETURNING *`,
+      "inbox.items",
+      `SELECT * FROM inbox_items WHERE agent_id = $1 AND item_id = ANY($2::text[]) ORDER BY sequence`,
       [agentId, itemIds],
     );
     return rows.map(inboxRowOf);
   }
 
-  async countItems(): Promise<number> {
-    return (await this.c.one<{ n: number }>("inbox.count", `SELECT count(*)::bigint AS n FROM inbox_items`))!.n;
+  async deleteItems(agentId: string, itemIds: readonly string[]): Promise<InboxRow[]> {
+    const rows = await this.c.rows<ItemRow>(
+      "inbox.delete",
+      `WITH removed AS (DELETE FROM inbox_items WHERE agent_id = $1 AND item_id = ANY($2::text[]) RETURNING *),
+         uncounted AS (UPDATE inbox_queues SET queued = queued - (SELECT count(*) FROM removed)
+           WHERE agent_id = $1 AND EXISTS (SELECT 1 FROM removed))
+       SELECT * FROM removed`,
+      [agentId, itemIds],
+    );
+    return rows.map(inboxRowOf);
+  }
+
+  async queueSizes(): Promise<{ total: number; largest: number }> {
+    return (await this.c.one<{ total: number; largest: number }>(
+      "inbox.queueSizes",
+      `SELECT coalesce(sum(queued), 0)::bigint AS total, coalesce(max(queued), 0)::bigint AS largest FROM inbox_queues`,
+    ))!;
   }
 }
 

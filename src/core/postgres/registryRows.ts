@@ -52,11 +52,11 @@ export class PgRegistryRows implements RegistryRows {
     return row && fieldsFromRow(row);
   }
 
-  async sessionWithId(sessionId: string): Promise<SessionId | undefined> {
+  async sessionWithId(agentId: string, sessionId: string): Promise<SessionId | undefined> {
     const row = await this.c.one<{ agent_id: string; session_key: string }>(
       "registry.withId",
-      `SELECT agent_id, session_key FROM sessions WHERE session_id = $1`,
-      [sessionId],
+      `SELECT agent_id, session_key FROM sessions WHERE agent_id = $1 AND session_id = $2`,
+      [agentId, sessionId],
     );
     return row && { agentId: row.agent_id, sessionKey: row.session_key };
   }
@@ -143,18 +143,18 @@ export class PgRegistryRows implements RegistryRows {
     return rows.map((r) => ({ agentId: r.agent_id, sessionKey: r.session_key }));
   }
 
-  async findSessionId(sessionId: string): Promise<TranscriptRef | undefined> {
-    // Prefer the session whose current id it is; else the newest earlier transcript.
-    const row = await this.c.one<{ agent_id: string; session_key: string; session_id: string; current: number }>(
+  async findSessionId(sessionId: string, limit: number): Promise<TranscriptRef[]> {
+    // The sessions whose current id it is first; then the newest earlier transcripts.
+    const rows = await this.c.rows<{ agent_id: string; session_key: string; session_id: string; current: number }>(
       "registry.bySessionId",
       `SELECT agent_id, session_key, session_id, 1 AS current, 0::bigint AS created FROM sessions WHERE session_id = $1
        UNION ALL
        SELECT t.agent_id, t.session_key, t.session_id, 0, t.created_at FROM transcripts t
        JOIN sessions s ON s.agent_id = t.agent_id AND s.session_key = t.session_key AND s.session_id <> t.session_id
        WHERE t.session_id = $1
-       ORDER BY current DESC, created DESC LIMIT 1`,
-      [sessionId],
+       ORDER BY current DESC, created DESC, agent_id, session_key LIMIT $2`,
+      [sessionId, limit],
     );
-    return row && { session: { agentId: row.agent_id, sessionKey: row.session_key }, sessionId: row.session_id, current: row.current === 1 };
+    return rows.map((row) => ({ session: { agentId: row.agent_id, sessionKey: row.session_key }, sessionId: row.session_id, current: row.current === 1 }));
   }
 }

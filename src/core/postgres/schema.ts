@@ -295,16 +295,41 @@ const MIGRATIONS: string[] = [
   `
   DROP INDEX IF EXISTS cursors_by_update;
   `,
+  // How many items each agent's inbox holds (the limit's count, kept with every queue and
+  // ack); its row's lock is what makes an agent's items commit in sequence order.
+  `
+  CREATE TABLE inbox_queues (
+    agent_id  text COLLATE "C" PRIMARY KEY,
+    queued    integer NOT NULL
+  );
+  INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
+  `,
+  // Task ids are unique per agent, as on SQLite.
+  `
+  ALTER TABLE tasks DROP CONSTRAINT tasks_pkey;
+  ALTER TABLE tasks ADD PRIMARY KEY (agent_id, task_id);
+  DROP INDEX tasks_by_update;
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id, agent_id);
+  CREATE INDEX tasks_by_id ON tasks (task_id);
+  `,
+  // Session ids are unique per agent too, as on SQLite.
+  `
+  ALTER TABLE sessions DROP CONSTRAINT sessions_session_id_key;
+  ALTER TABLE sessions ADD CONSTRAINT sessions_session_id_per_agent UNIQUE (agent_id, session_id);
+  CREATE INDEX sessions_by_session_id ON sessions (session_id);
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
 
 /**
- * Brings the database up to SCHEMA_VERSION; safe to call from several replicas at once (the
- * one that migrates logs it). No copy is taken here: PostgreSQL's own backups (pg_dump, base
- * backups) are the way back (docs/deployment.md#upgrades-and-downgrades).
+ * Brings the database up to SCHEMA_VERSION, or `upTo` (tests stop earlier to migrate data they
+ * wrote); safe to call from several replicas at once (the one that migrates logs it). No copy
+ * is taken here: PostgreSQL's own backups (pg_dump, base backups) are the way back
+ * (docs/deployment.md#upgrades-and-downgrades).
  */
-export async function migrate(pool: pg.Pool, log?: StorageLog): Promise<void> {
+export async function migrate(pool: pg.Pool, given: { upTo?: number; log?: StorageLog } | number = {}): Promise<void> {
+  const { upTo = MIGRATIONS.length, log } = typeof given === "number" ? { upTo: given } : given;
   const client = await pool.connect();
   try {
     await client.query("SELECT pg_advisory_lock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
@@ -313,9 +338,10 @@ export async function migrate(pool: pg.Pool, log?: StorageLog): Promise<void> {
       const row = (await client.query<{ version: number }>("SELECT max(version) AS version FROM sessionstate_schema")).rows[0];
       const current = row?.version ?? 0;
       if (current > MIGRATIONS.length) throw new SchemaTooNewError(current, MIGRATIONS.length, "the PostgreSQL database");
-      if (current === MIGRATIONS.length) return;
+      const target = Math.min(upTo, MIGRATIONS.length);
+      if (current >= target) return;
       const started = performance.now();
-      for (let version = current; version < MIGRATIONS.length; version++) {
+      for (let version = current; version < target; version++) {
         await client.query("BEGIN");
         try {
           await client.query(MIGRATIONS[version]);
@@ -324,12 +350,12 @@ export async function migrate(pool: pg.Pool, log?: StorageLog): Promise<void> {
         } catch (err) {
           await client.query("ROLLBACK");
           throw new Error(
-            `migrating the PostgreSQL schema ${migrationName(current, MIGRATIONS.length)} failed at v${version + 1} (${(err as Error).message}); it is at v${version}, each step being a transaction of its own`,
+            `migrating the PostgreSQL schema ${migrationName(current, target)} failed at v${version + 1} (${(err as Error).message}); it is at v${version}, each step being a transaction of its own`,
             { cause: err },
           );
         }
       }
-      log?.("info", "database schema migrated", { from: current, to: MIGRATIONS.length, migration: migrationName(current, MIGRATIONS.length), ms: Math.round(performance.now() - started) });
+      log?.("info", "database schema migrated", { from: current, to: target, migration: migrationName(current, target), ms: Math.round(performance.now() - started) });
     } finally {
       await client.query("SELECT pg_advisory_unlock($1, $2)", [LOCK_CLASS, LOCK_MIGRATIONS]);
     }

@@ -19,6 +19,10 @@
  *   transaction that queued notices sends `NOTIFY` naming the watchers' agents (delivered
  *   only if it commits), and the other replicas re-read those agents' pending cursors
  *   (notifications.ts). Singleton jobs take session-level advisory locks (leadership.ts).
+ * - A network that goes silent is noticed within seconds (connectionSettings.ts): statements
+ *   have deadlines, and health asks the listener's connection. A connection lost before
+ *   COMMIT was sent means nothing was written; lost while COMMIT was in flight, the outcome
+ *   is unknown, and the caller is told so — such a unit is never run again here.
  */
 import { createHash, randomUUID } from "node:crypto";
 import pg from "pg";
@@ -34,11 +38,12 @@ import { PgCursorRows } from "./cursorRows.js";
 import { AdvisoryLeadership } from "./leadership.js";
 import { PgAdminRows } from "./adminRows.js";
 import { channelName, NoticeChannel, wakeupPayload } from "./notifications.js";
+import { checkTimeouts, connectionConfig, DEFAULT_PG_TIMEOUTS, type PgTimeouts } from "./connectionSettings.js";
 import { PgRegistryRows } from "./registryRows.js";
 import { migrate } from "./schema.js";
 import { PgSettingsRows } from "./settingsRows.js";
 import { PgSignalLogRows } from "./signalLogRows.js";
-import { asDomainError, isConnectionLost, isRetryable } from "./storageFaults.js";
+import { asDomainError, CommitOutcomeUnknown, isConnectionLost, isRetryable, OutcomeUnknownError } from "./storageFaults.js";
 import { PgTranscriptRows } from "./transcriptRows.js";
 import { PgUpstreamRows } from "./upstreamRows.js";
 
@@ -50,8 +55,8 @@ export interface PostgresOptions {
   connectionString: string;
   /** Pooled connections for units of work; default 8. */
   poolSize?: number;
-  /** How long a unit waits for a connection before UNAVAILABLE; default 5 s. */
-  connectTimeoutMs?: number;
+  /** Statement deadlines, health ping and PostgreSQL's keepalive (connectionSettings.ts). */
+  timeouts?: Partial<PgTimeouts>;
   /** Where group-commit sizes go. */
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   /** Called with a line for the operator's log (reconnects, lost leadership). */
@@ -144,29 +149,36 @@ export class PostgresStorage implements Storage {
   private readonly leaders = new Map<SingletonJob, AdvisoryLeadership>();
   private group: GroupMember[] = [];
   private closed = false;
+  private readonly timeouts: PgTimeouts;
 
   private constructor(
     private readonly options: PostgresOptions,
     /** The schema this process works in: wake-ups and leadership are scoped to it. */
     private readonly namespace: string,
+    timeouts: PgTimeouts,
   ) {
-    this.pool = new pg.Pool({
-      connectionString: options.connectionString,
-      max: options.poolSize ?? 8,
-      connectionTimeoutMillis: options.connectTimeoutMs ?? 5000,
-      types,
-    });
+    this.timeouts = timeouts;
+    this.pool = new pg.Pool({ ...connectionConfig(options.connectionString, timeouts, "pooled"), max: options.poolSize ?? 8, types });
     // An idle connection that breaks (the server restarted) must not end the process.
     this.pool.on("error", (err) => options.log?.("warn", "idle database connection lost", { error: String(err) }));
-    this.channel = new NoticeChannel(options.connectionString, channelName(namespace), this.replicaId, options.log);
+    this.channel = new NoticeChannel(options.connectionString, channelName(namespace), this.replicaId, timeouts, options.log);
   }
 
   /** Connects, migrates (once across replicas) and starts listening for wake-ups. */
   static async open(options: PostgresOptions): Promise<PostgresStorage> {
+    const timeouts = { ...DEFAULT_PG_TIMEOUTS, ...options.timeouts };
+    const invalid = checkTimeouts(timeouts);
+    if (invalid) throw new Error(invalid);
     const namespace = await currentSchema(options.connectionString);
-    const storage = new PostgresStorage(options, namespace);
+    const storage = new PostgresStorage(options, namespace, timeouts);
     try {
-      await migrate(storage.pool, options.log);
+      // Migrations may build indexes on large tables: a connection without statement deadlines.
+      const migrations = new pg.Pool({ connectionString: options.connectionString, max: 1, connectionTimeoutMillis: 5000 });
+      try {
+        await migrate(migrations, { log: options.log });
+      } finally {
+        await migrations.end();
+      }
       await storage.channel.start();
     } catch (err) {
       await storage.close();
@@ -196,7 +208,7 @@ export class PostgresStorage implements Storage {
   leadership(job: SingletonJob): Leadership {
     let leader = this.leaders.get(job);
     if (!leader) {
-      leader = new AdvisoryLeadership(this.options.connectionString, `${this.namespace}:${job}`, job, this.options.log);
+      leader = new AdvisoryLeadership(this.options.connectionString, `${this.namespace}:${job}`, job, this.replicaId, this.timeouts, this.options.log);
       this.leaders.set(job, leader);
     }
     return leader;
@@ -214,14 +226,13 @@ export class PostgresStorage implements Storage {
     };
   }
 
+  /**
+   * Asked on the listener's connection, within the ping timeout: it also tells whether
+   * wake-ups from other replicas can arrive, and never waits behind a busy pool.
+   */
   async ping(): Promise<boolean> {
     if (this.closed) return false;
-    try {
-      await this.pool.query("SELECT 1");
-      return true;
-    } catch {
-      return false;
-    }
+    return this.channel.check();
   }
 
   /** One unit in one transaction, run again when it loses a race. */
@@ -246,20 +257,26 @@ export class PostgresStorage implements Storage {
     if (this.closed) throw new Error("storage is closed");
     const client = await this.pool.connect();
     let broken: Error | undefined;
+    let committing = false;
     try {
       await client.query(begin);
       const tx = new PgTx(new PgConnection(client));
       try {
         const value = await body(tx);
         if (tx.wake.size > 0) await client.query("SELECT pg_notify($1, $2)", [this.channel.name, wakeupPayload(this.replicaId, tx.wake)]);
+        committing = true;
         await client.query("COMMIT");
         return value;
       } catch (err) {
-        await client.query("ROLLBACK").catch((e: Error) => (broken = e));
+        // A lost connection rolls back on the server's side; a ROLLBACK would only wait for it.
+        if (!committing && !isConnectionLost(err)) await client.query("ROLLBACK").catch((e: Error) => (broken = e));
         throw err;
       }
     } catch (err) {
-      if (isConnectionLost(err)) broken ??= err as Error;
+      if (isConnectionLost(err)) {
+        broken ??= err as Error;
+        if (committing) throw new CommitOutcomeUnknown(err);
+      }
       throw err;
     } finally {
       // A broken connection is dropped, not handed to the next unit.
@@ -283,7 +300,12 @@ export class PostgresStorage implements Storage {
         for (const m of members) out.push(await m.unit(tx));
         return out;
       });
-    } catch {
+    } catch (err) {
+      // The group may have committed: running its members again could write them twice.
+      if (err instanceof OutcomeUnknownError) {
+        for (const m of members) m.reject(err);
+        return;
+      }
       // One member failed (or the group lost a race): each runs alone, and fails alone.
       for (const m of members) this.transaction("BEGIN", m.lock, m.unit).then(m.resolve, m.reject);
       return;
@@ -298,6 +320,9 @@ export class PostgresStorage implements Storage {
     this.closed = true;
     await Promise.allSettled([...this.leaders.values()].map((l) => l.release()));
     await this.channel.stop();
-    await this.pool.end();
+    // Idle connections end at once; on a cut network, waiting for the goodbye would hang the stop.
+    let timer: NodeJS.Timeout | undefined;
+    await Promise.race([this.pool.end(), new Promise((resolve) => (timer = setTimeout(resolve, this.timeouts.pingTimeoutMs)))]);
+    clearTimeout(timer);
   }
 }

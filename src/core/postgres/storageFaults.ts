@@ -26,13 +26,41 @@ export function isConnectionLost(err: unknown): boolean {
     UNREACHABLE_CODES.has(code) ||
     code.startsWith("08") || // connection_exception
     code.startsWith("57P") || // admin/crash shutdown, cannot connect now
-    /Connection terminated|Client has encountered a connection error|connection timeout|timeout exceeded when trying to connect/i.test(message)
+    // "Query read timeout": no answer within the statement deadline (connectionSettings.ts).
+    /Connection terminated|Client has encountered a connection error|connection timeout|timeout exceeded when trying to connect|Query read timeout/i.test(message)
   );
+}
+
+/** Raised when the connection was lost while COMMIT was in flight: it may or may not have committed. */
+export class CommitOutcomeUnknown extends Error {
+  constructor(readonly lost: unknown) {
+    super(`connection lost while committing: ${String((lost as Error)?.message ?? lost)}`);
+  }
+}
+
+/**
+ * What a caller gets for a unit whose COMMIT got no answer. Not "nothing was written": the
+ * write may be in the database, so it is retried only where retrying is safe (a dedupe key,
+ * an ack with its notified sequence), or after reading.
+ */
+export class OutcomeUnknownError extends DomainError {}
+
+function codeOf(err: unknown): string {
+  return (err as { code?: string })?.code ?? "";
 }
 
 export function storageFault(err: unknown): DomainError | undefined {
   if (err instanceof DomainError) return undefined;
-  const code = (err as { code?: string })?.code ?? "";
+  if (err instanceof CommitOutcomeUnknown) {
+    const code = codeOf(err.lost);
+    return new OutcomeUnknownError(
+      "unavailable",
+      `database connection lost while the commit was in flight (${code || String((err.lost as Error)?.message ?? err.lost)}); the write may or may not have been applied — retry with the same dedupe key, or read before writing again`,
+      undefined,
+      code || "commit-unknown",
+    );
+  }
+  const code = codeOf(err);
   if (isConnectionLost(err) || code === "53300") {
     return new DomainError(
       "unavailable",
@@ -45,6 +73,13 @@ export function storageFault(err: unknown): DomainError | undefined {
     return new DomainError("unavailable", "storage busy: the write kept conflicting with concurrent writes; nothing was written — retry", undefined, code);
   }
   switch (code) {
+    case "57014": // query_canceled: the statement timeout (or an operator's pg_cancel_backend)
+      return new DomainError(
+        "unavailable",
+        "the database did not finish a statement within the statement timeout (--pg-statement-timeout; 57014); nothing was written — retry",
+        undefined,
+        code,
+      );
     case "53100": // disk_full
     case "53200": // out_of_memory
       return new DomainError(

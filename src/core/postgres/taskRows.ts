@@ -73,9 +73,14 @@ function valuesOf(t: TaskRecord): unknown[] {
 export class PgTaskRows implements TaskRows {
   constructor(private readonly c: PgConnection) {}
 
-  async task(taskId: string): Promise<TaskRecord | undefined> {
-    const row = await this.c.one<TaskRow>("tasks.task", `SELECT ${COLUMNS} FROM tasks t WHERE t.task_id = $1`, [taskId]);
+  async task(agentId: string, taskId: string): Promise<TaskRecord | undefined> {
+    const row = await this.c.one<TaskRow>("tasks.task", `SELECT ${COLUMNS} FROM tasks t WHERE t.agent_id = $1 AND t.task_id = $2`, [agentId, taskId]);
     return row && taskOf(row);
+  }
+
+  async tasksWithId(taskId: string, limit: number): Promise<TaskRecord[]> {
+    const rows = await this.c.rows<TaskRow>("tasks.withId", `SELECT ${COLUMNS} FROM tasks t WHERE t.task_id = $1 ORDER BY t.agent_id LIMIT $2`, [taskId, limit]);
+    return rows.map(taskOf);
   }
 
   async insertTask(task: TaskRecord): Promise<void> {
@@ -110,7 +115,8 @@ export class PgTaskRows implements TaskRows {
     if (filter.kinds.length > 0) where.push(`t.kind = ANY(${params.add(filter.kinds)}::text[])`);
     if (filter.after) {
       const updated = params.add(filter.after.updatedAt);
-      where.push(`(t.updated_at < ${updated} OR (t.updated_at = ${updated} AND t.task_id > ${params.add(filter.after.taskId)}))`);
+      const after = `(${params.add(filter.after.taskId)}::text COLLATE "C", ${params.add(filter.after.agentId)}::text COLLATE "C")`;
+      where.push(`(t.updated_at < ${updated} OR (t.updated_at = ${updated} AND (t.task_id, t.agent_id) > ${after}))`);
     }
     const inScope = filter.scope && scopeCondition(filter.scope, "s", params);
     if (inScope) where.push(inScope);
@@ -118,7 +124,7 @@ export class PgTaskRows implements TaskRows {
     // Built from fixed fragments only; values are bound parameters.
     const rows = await this.c.dynamic<TaskRow>(
       `SELECT ${COLUMNS} FROM tasks t JOIN sessions s ON s.agent_id = t.agent_id AND s.session_key = t.session_key
-       WHERE ${where.join(" AND ")} ORDER BY t.updated_at DESC, t.task_id LIMIT ${limit}`,
+       WHERE ${where.join(" AND ")} ORDER BY t.updated_at DESC, t.task_id, t.agent_id LIMIT ${limit}`,
       params.values,
     );
     return rows.map(taskOf);
@@ -132,7 +138,7 @@ export class PgTaskRows implements TaskRows {
        SELECT ${COLUMNS} FROM sessions s JOIN tasks t ON t.agent_id = s.agent_id AND t.session_key = s.session_key
        WHERE s.parent_agent_id = $1 AND s.parent_key = $2 AND NOT (s.agent_id = $1 AND s.session_key = $2)
          AND (t.ended_at IS NULL OR t.ended_at >= $3)
-       ORDER BY updated_at DESC, task_id LIMIT $4`,
+       ORDER BY updated_at DESC, task_id, agent_id LIMIT $4`,
       [session.agentId, session.sessionKey, endedSince, limit],
     );
     return rows.map(taskOf);
@@ -145,7 +151,7 @@ export class PgTaskRows implements TaskRows {
   async pruneEndedTasks(endedBefore: number, limit: number): Promise<number> {
     return this.c.count(
       "tasks.prune",
-      `DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE ended_at IS NOT NULL AND ended_at < $1 LIMIT $2)`,
+      `DELETE FROM tasks WHERE (agent_id, task_id) IN (SELECT agent_id, task_id FROM tasks WHERE ended_at IS NOT NULL AND ended_at < $1 LIMIT $2)`,
       [endedBefore, limit],
     );
   }

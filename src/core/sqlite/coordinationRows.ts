@@ -107,18 +107,29 @@ export class SqliteInboxRows implements InboxRows {
   constructor(db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
     this.stmt = {
+      queued: p(`SELECT queued FROM inbox_queues WHERE agent_id = ?`),
       insert: p(`INSERT INTO inbox_items (item_id, agent_id, session_key, kind, body, enqueued_at)
         VALUES (@itemId, @agentId, @sessionKey, @kind, @body, @enqueuedAt)`),
+      count: p(`INSERT INTO inbox_queues (agent_id, queued) VALUES (?, ?)
+        ON CONFLICT (agent_id) DO UPDATE SET queued = queued + excluded.queued`),
       ofAgent: p(`SELECT * FROM inbox_items WHERE agent_id = ? AND sequence > ? ORDER BY sequence LIMIT ?`),
       ofSessions: p(`SELECT * FROM inbox_items WHERE agent_id = ? AND session_key IN (SELECT value FROM json_each(?)) AND sequence > ?
         ORDER BY sequence LIMIT ?`),
+      items: p(`SELECT * FROM inbox_items WHERE agent_id = ? AND item_id IN (SELECT value FROM json_each(?)) ORDER BY sequence`),
       delete: p(`DELETE FROM inbox_items WHERE agent_id = ? AND item_id IN (SELECT value FROM json_each(?)) RETURNING *`),
-      count: p(`SELECT count(*) AS n FROM inbox_items`),
+      sizes: p(`SELECT coalesce(sum(queued), 0) AS total, coalesce(max(queued), 0) AS largest FROM inbox_queues`),
     };
   }
 
+  takeQueue(agentId: string): number {
+    // The one write transaction already holds the database.
+    return (this.stmt.queued.get(agentId) as { queued: number } | undefined)?.queued ?? 0;
+  }
+
   insertItem(row: Omit<InboxRow, "sequence">): number {
-    return Number(this.stmt.insert.run(row).lastInsertRowid);
+    const sequence = Number(this.stmt.insert.run(row).lastInsertRowid);
+    this.stmt.count.run(row.agentId, 1);
+    return sequence;
   }
 
   pendingItems(agentId: string, sessionKeys: readonly string[] | undefined, afterSequence: number, limit: number): InboxRow[] {
@@ -130,12 +141,18 @@ export class SqliteInboxRows implements InboxRows {
     return rows.map(inboxRowOf);
   }
 
-  deleteItems(agentId: string, itemIds: readonly string[]): InboxRow[] {
-    return (this.stmt.delete.all(agentId, JSON.stringify(itemIds)) as ItemRow[]).map(inboxRowOf);
+  items(agentId: string, itemIds: readonly string[]): InboxRow[] {
+    return (this.stmt.items.all(agentId, JSON.stringify(itemIds)) as ItemRow[]).map(inboxRowOf);
   }
 
-  countItems(): number {
-    return (this.stmt.count.get() as { n: number }).n;
+  deleteItems(agentId: string, itemIds: readonly string[]): InboxRow[] {
+    const rows = (this.stmt.delete.all(agentId, JSON.stringify(itemIds)) as ItemRow[]).map(inboxRowOf);
+    if (rows.length > 0) this.stmt.count.run(agentId, -rows.length);
+    return rows;
+  }
+
+  queueSizes(): { total: number; largest: number } {
+    return this.stmt.sizes.get() as { total: number; largest: number };
   }
 }
 

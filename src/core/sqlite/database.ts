@@ -84,6 +84,8 @@ export function openDatabase(options: DatabaseOptions): Database.Database {
  * the same file is refused, naming the holder), then the database.
  */
 export interface SqliteStorageOpenOptions extends DatabaseOptions {
+  /** Where the serve lock by device and inode goes (processLock.ts); default a private one per user. */
+  lockDir?: string;
   metrics?: Pick<CoreMetrics, "groupCommitted">;
   /** Who checkpoints the WAL (checkpointer.ts); default `background`. */
   walCheckpoint?: WalCheckpointMode;
@@ -92,7 +94,7 @@ export interface SqliteStorageOpenOptions extends DatabaseOptions {
 
 export function openSqliteStorage(options: SqliteStorageOpenOptions): SqliteStorage {
   ensureFolderOf(options.path);
-  const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path);
+  const lock = options.path === ":memory:" ? undefined : acquireProcessLock(options.path, { lockDir: options.lockDir });
   const walWrites = useWalWrites(options.walWrites);
   if (walWrites.fallback) options.log?.("warn", "SQLite WAL writes are direct (two write calls per page), not gathered", { reason: walWrites.fallback });
   else options.log?.("info", `SQLite WAL writes ${walWrites.mode}`, walWrites.library ? { library: walWrites.library } : undefined);

@@ -26,7 +26,7 @@ export class SqliteRegistryRows implements RegistryRows {
     this.stmt = {
       session: p(`${SESSION_SELECT} WHERE s.agent_id = ? AND s.session_key = ?`),
       fields: p(`SELECT * FROM sessions WHERE agent_id = ? AND session_key = ?`),
-      withId: p(`SELECT agent_id, session_key FROM sessions WHERE session_id = ?`),
+      withId: p(`SELECT agent_id, session_key FROM sessions WHERE agent_id = ? AND session_id = ?`),
       children: p(`SELECT session_key FROM sessions WHERE parent_agent_id = ? AND parent_key = ? ORDER BY created_at, session_key`),
       insert: p(`INSERT INTO sessions (${SESSION_COLUMNS}) VALUES (${SESSION_VALUES})`),
       update: p(`UPDATE sessions SET session_id = @sessionId, kind = @kind, channel = @channel, label = @label,
@@ -51,7 +51,7 @@ export class SqliteRegistryRows implements RegistryRows {
         SELECT t.agent_id, t.session_key, t.session_id, 0, t.created_at FROM transcripts t
         JOIN sessions s ON s.agent_id = t.agent_id AND s.session_key = t.session_key AND s.session_id <> t.session_id
         WHERE t.session_id = @id
-        ORDER BY current DESC, created DESC LIMIT 1`),
+        ORDER BY current DESC, created DESC, agent_id, session_key LIMIT @limit`),
     };
   }
 
@@ -65,8 +65,8 @@ export class SqliteRegistryRows implements RegistryRows {
     return row && fieldsFromRow(row);
   }
 
-  sessionWithId(sessionId: string): SessionId | undefined {
-    const row = this.stmt.withId.get(sessionId) as { agent_id: string; session_key: string } | undefined;
+  sessionWithId(agentId: string, sessionId: string): SessionId | undefined {
+    const row = this.stmt.withId.get(agentId, sessionId) as { agent_id: string; session_key: string } | undefined;
     return row && { agentId: row.agent_id, sessionKey: row.session_key };
   }
 
@@ -128,11 +128,9 @@ export class SqliteRegistryRows implements RegistryRows {
     return rows.map((r) => ({ agentId: r.agent_id, sessionKey: r.session_key }));
   }
 
-  findSessionId(sessionId: string): TranscriptRef | undefined {
-    const row = this.stmt.bySessionId.get({ id: sessionId }) as
-      | { agent_id: string; session_key: string; session_id: string; current: number }
-      | undefined;
-    return row && { session: { agentId: row.agent_id, sessionKey: row.session_key }, sessionId: row.session_id, current: row.current === 1 };
+  findSessionId(sessionId: string, limit: number): TranscriptRef[] {
+    const rows = this.stmt.bySessionId.all({ id: sessionId, limit }) as { agent_id: string; session_key: string; session_id: string; current: number }[];
+    return rows.map((row) => ({ session: { agentId: row.agent_id, sessionKey: row.session_key }, sessionId: row.session_id, current: row.current === 1 }));
   }
 
   private withChildren(row: SessionRow & { state_version: number | null }): SessionRecord {

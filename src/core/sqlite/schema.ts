@@ -369,6 +369,96 @@ const MIGRATIONS: string[] = [
   CREATE INDEX deliveries_pending ON delivery_operations (agent_id, position) WHERE state = 'pending';
   CREATE INDEX deliveries_by_completion ON delivery_operations (completed_at) WHERE completed_at IS NOT NULL;
   `,
+  // How many items each agent's inbox holds (the limit's count, kept with every queue and ack).
+  `
+  CREATE TABLE inbox_queues (
+    agent_id  TEXT PRIMARY KEY,
+    queued    INTEGER NOT NULL
+  ) WITHOUT ROWID;
+  INSERT INTO inbox_queues (agent_id, queued) SELECT agent_id, count(*) FROM inbox_items GROUP BY agent_id;
+  `,
+  // Task ids are unique per agent, not across agents: an id another agent uses is no
+  // business of this one (it neither collides nor tells that it exists).
+  `
+  CREATE TABLE tasks_per_agent (
+    task_id              TEXT NOT NULL,
+    agent_id             TEXT NOT NULL,
+    session_key          TEXT NOT NULL,
+    kind                 TEXT NOT NULL,
+    state                TEXT NOT NULL,
+    run_id               TEXT NOT NULL DEFAULT '',
+    summary              TEXT NOT NULL DEFAULT '',
+    status_message       TEXT NOT NULL DEFAULT '',
+    timed_out            INTEGER NOT NULL DEFAULT 0,
+    created_at           INTEGER NOT NULL,
+    updated_at           INTEGER NOT NULL,
+    started_at           INTEGER,
+    ended_at             INTEGER,
+    cancel_requested_at  INTEGER,
+    cancel_requested_by  TEXT NOT NULL DEFAULT '',
+    cancel_requested_by_agent  TEXT NOT NULL DEFAULT '',
+    cancel_request_id    TEXT NOT NULL DEFAULT '',
+    PRIMARY KEY (agent_id, task_id)
+  ) WITHOUT ROWID;
+  INSERT INTO tasks_per_agent SELECT task_id, agent_id, session_key, kind, state, run_id, summary, status_message, timed_out,
+    created_at, updated_at, started_at, ended_at, cancel_requested_at, cancel_requested_by, cancel_requested_by_agent, cancel_request_id FROM tasks;
+  DROP TABLE tasks;
+  ALTER TABLE tasks_per_agent RENAME TO tasks;
+  CREATE INDEX tasks_by_session ON tasks (agent_id, session_key, updated_at);
+  CREATE INDEX tasks_by_update ON tasks (updated_at, task_id, agent_id);
+  CREATE INDEX tasks_by_end ON tasks (ended_at) WHERE ended_at IS NOT NULL;
+  CREATE INDEX tasks_by_id ON tasks (task_id);
+  `,
+  // Session ids are unique per agent too, for the same reason. SQLite cannot drop a column's
+  // UNIQUE, so the table is made again (its trigger and indexes with it).
+  `
+  CREATE TABLE sessions_per_agent (
+    agent_id          TEXT NOT NULL,
+    session_key       TEXT NOT NULL,
+    session_id        TEXT NOT NULL,
+    kind              TEXT NOT NULL,
+    channel           TEXT NOT NULL DEFAULT '',
+    label             TEXT NOT NULL DEFAULT '',
+    parent_agent_id   TEXT NOT NULL DEFAULT '',
+    parent_key        TEXT NOT NULL DEFAULT '',
+    model             TEXT NOT NULL DEFAULT '',
+    context_tokens    INTEGER NOT NULL DEFAULT 0,
+    total_tokens      INTEGER NOT NULL DEFAULT 0,
+    run_status        TEXT NOT NULL DEFAULT 'idle',
+    last_run_aborted  INTEGER NOT NULL DEFAULT 0,
+    archived          INTEGER NOT NULL DEFAULT 0,
+    pinned            INTEGER NOT NULL DEFAULT 0,
+    origin            TEXT,
+    delivery_context  TEXT,
+    created_at        INTEGER NOT NULL,
+    updated_at        INTEGER NOT NULL,
+    sidebar_icon      TEXT NOT NULL DEFAULT '',
+    thinking_level    TEXT NOT NULL DEFAULT '',
+    spawn             TEXT,
+    sandboxed         INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (agent_id, session_key),
+    UNIQUE (agent_id, session_id)
+  ) WITHOUT ROWID;
+  INSERT INTO sessions_per_agent (agent_id, session_key, session_id, kind, channel, label, parent_agent_id, parent_key, model,
+      context_tokens, total_tokens, run_status, last_run_aborted, archived, pinned, origin, delivery_context, created_at, updated_at,
+      sidebar_icon, thinking_level, spawn, sandboxed)
+    SELECT agent_id, session_key, session_id, kind, channel, label, parent_agent_id, parent_key, model,
+      context_tokens, total_tokens, run_status, last_run_aborted, archived, pinned, origin, delivery_context, created_at, updated_at,
+      sidebar_icon, thinking_level, spawn, sandboxed FROM sessions;
+  DROP TABLE sessions;
+  ALTER TABLE sessions_per_agent RENAME TO sessions;
+  CREATE INDEX sessions_by_parent ON sessions (parent_agent_id, parent_key);
+  CREATE INDEX sessions_by_update ON sessions (updated_at);
+  CREATE INDEX sessions_by_session_id ON sessions (session_id);
+  -- Deleting a session removes its transcripts (every session id) and its selection in the
+  -- same transaction, whichever code path deletes the row.
+  CREATE TRIGGER sessions_delete_tool_state AFTER DELETE ON sessions BEGIN
+    DELETE FROM transcript_messages WHERE transcript_id IN
+      (SELECT id FROM transcripts WHERE agent_id = old.agent_id AND session_key = old.session_key);
+    DELETE FROM transcripts WHERE agent_id = old.agent_id AND session_key = old.session_key;
+    DELETE FROM session_model_selections WHERE agent_id = old.agent_id AND session_key = old.session_key;
+  END;
+  `,
 ];
 
 export const SCHEMA_VERSION = MIGRATIONS.length;
@@ -384,7 +474,9 @@ export interface MigrateOptions {
   upTo?: number;
 }
 
-export function migrate(db: Database.Database, options: MigrateOptions = {}): void {
+/** Brings the database up to SCHEMA_VERSION, or `upTo` (a number: the same as `{ upTo }`). */
+export function migrate(db: Database.Database, given: MigrateOptions | number = {}): void {
+  const options = typeof given === "number" ? { upTo: given } : given;
   const current = db.pragma("user_version", { simple: true }) as number;
   const database = options.path === undefined || options.path === ":memory:" ? "(in memory)" : `"${resolve(options.path)}"`;
   if (current > MIGRATIONS.length) throw new SchemaTooNewError(current, MIGRATIONS.length, `database ${database}`);

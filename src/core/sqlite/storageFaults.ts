@@ -51,6 +51,14 @@ const RULES: FaultRule[] = [
     message: () => "storage busy: another connection held the database lock too long; nothing was written — retry",
   },
   {
+    // A write or sync the operating system failed (EIO and the like), which says nothing about
+    // the file itself: SQLite rolled the transaction back whole, and the gathered WAL writes
+    // drop a failed commit's frames (design §7.1), so the change is not in the file.
+    codes: (c) => (c === "SQLITE_IOERR" || c.startsWith("SQLITE_IOERR_")) && !isDamagedFile(c),
+    kind: "unavailable",
+    message: (code) => `storage I/O error (${code}): the database could not be written; nothing was written — retry, and check the disk if it persists`,
+  },
+  {
     codes: isDamagedFile,
     kind: "data_loss",
     message: (code, detail, databasePath) =>

@@ -78,7 +78,8 @@ export class SqliteTaskRows implements TaskRows {
   constructor(private readonly db: Database.Database) {
     const p = (sql: string) => db.prepare(sql);
     this.stmt = {
-      task: p(`SELECT ${COLUMNS} FROM tasks t WHERE t.task_id = ?`),
+      task: p(`SELECT ${COLUMNS} FROM tasks t WHERE t.agent_id = ? AND t.task_id = ?`),
+      withId: p(`SELECT ${COLUMNS} FROM tasks t WHERE t.task_id = ? ORDER BY t.agent_id LIMIT ?`),
       insert: p(`INSERT INTO tasks (task_id, agent_id, session_key, kind, state, run_id, summary, status_message, timed_out,
           created_at, updated_at, started_at, ended_at, cancel_requested_at, cancel_requested_by, cancel_requested_by_agent, cancel_request_id)
         VALUES (@taskId, @agentId, @sessionKey, @kind, @state, @runId, @summary, @statusMessage, @timedOut,
@@ -86,7 +87,7 @@ export class SqliteTaskRows implements TaskRows {
       update: p(`UPDATE tasks SET kind = @kind, state = @state, run_id = @runId, summary = @summary, status_message = @statusMessage,
           timed_out = @timedOut, updated_at = @updatedAt, started_at = @startedAt, ended_at = @endedAt,
           cancel_requested_at = @cancelRequestedAt, cancel_requested_by = @cancelRequestedBy, cancel_requested_by_agent = @cancelRequestedByAgent, cancel_request_id = @cancelRequestId
-        WHERE task_id = @taskId`),
+        WHERE agent_id = @agentId AND task_id = @taskId`),
       linked: p(`SELECT ${COLUMNS} FROM tasks t WHERE t.agent_id = @agentId AND t.session_key = @sessionKey
           AND (t.ended_at IS NULL OR t.ended_at >= @endedSince)
         UNION ALL
@@ -94,15 +95,19 @@ export class SqliteTaskRows implements TaskRows {
         WHERE s.parent_agent_id = @agentId AND s.parent_key = @sessionKey
           AND NOT (s.agent_id = @agentId AND s.session_key = @sessionKey)
           AND (t.ended_at IS NULL OR t.ended_at >= @endedSince)
-        ORDER BY updated_at DESC, task_id LIMIT @limit`),
+        ORDER BY updated_at DESC, task_id, agent_id LIMIT @limit`),
       deleteOf: p(`DELETE FROM tasks WHERE agent_id = ? AND session_key = ?`),
-      prune: p(`DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE ended_at IS NOT NULL AND ended_at < ? LIMIT ?)`),
+      prune: p(`DELETE FROM tasks WHERE (agent_id, task_id) IN (SELECT agent_id, task_id FROM tasks WHERE ended_at IS NOT NULL AND ended_at < ? LIMIT ?)`),
     };
   }
 
-  task(taskId: string): TaskRecord | undefined {
-    const row = this.stmt.task.get(taskId) as TaskRow | undefined;
+  task(agentId: string, taskId: string): TaskRecord | undefined {
+    const row = this.stmt.task.get(agentId, taskId) as TaskRow | undefined;
     return row && taskOf(row);
+  }
+
+  tasksWithId(taskId: string, limit: number): TaskRecord[] {
+    return (this.stmt.withId.all(taskId, limit) as TaskRow[]).map(taskOf);
   }
 
   insertTask(task: TaskRecord): void {
@@ -137,9 +142,10 @@ export class SqliteTaskRows implements TaskRows {
       shape.push(`kinds${filter.kinds.length}`);
     }
     if (filter.after) {
-      where.push("(t.updated_at < @afterUpdated OR (t.updated_at = @afterUpdated AND t.task_id > @afterTask))");
+      where.push("(t.updated_at < @afterUpdated OR (t.updated_at = @afterUpdated AND (t.task_id, t.agent_id) > (@afterTask, @afterAgent)))");
       params.afterUpdated = filter.after.updatedAt;
       params.afterTask = filter.after.taskId;
+      params.afterAgent = filter.after.agentId;
       shape.push("after");
     }
     const inScope = filter.scope && scopeCondition(filter.scope, "s", params);
@@ -150,7 +156,7 @@ export class SqliteTaskRows implements TaskRows {
     if (!stmt) {
       // Built from fixed fragments only; values are bound parameters.
       stmt = this.db.prepare(`SELECT ${COLUMNS} FROM tasks t JOIN sessions s ON s.agent_id = t.agent_id AND s.session_key = t.session_key
-        WHERE ${where.length > 0 ? where.join(" AND ") : "1"} ORDER BY t.updated_at DESC, t.task_id LIMIT @limit`);
+        WHERE ${where.length > 0 ? where.join(" AND ") : "1"} ORDER BY t.updated_at DESC, t.task_id, t.agent_id LIMIT @limit`);
       if (this.listings.size < 256) this.listings.set(key, stmt);
     }
     return (stmt.all(params) as TaskRow[]).map(taskOf);

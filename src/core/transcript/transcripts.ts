@@ -25,6 +25,9 @@ import {
 } from "./queries.js";
 
 /** Parent chains longer than this are cut (a safety bound; spawn depth is far lower). */
+/** Sessions one session id lookup considers at most (one per agent that uses the id, and their earlier generations). */
+const SESSION_ID_CANDIDATES = 32;
+
 export const MAX_ANCESTRY = 64;
 
 /** Finds or creates the transcript row; an explicit id must be the session's current or an earlier one. */
@@ -141,8 +144,11 @@ export class Transcripts {
     return this.store.read(async (tx) => tx.registry.ancestorsOf(session, MAX_ANCESTRY));
   }
 
-  /** The session whose current or earlier transcript has this session id. */
-  findSessionId(sessionId: string): Promise<TranscriptRef | undefined> {
-    return this.store.read(async (tx) => tx.registry.findSessionId(sessionId));
+  /**
+   * The sessions whose current or earlier transcript has this session id (current first,
+   * then newest). Session ids are unique per agent, so several agents may each have one.
+   */
+  findSessionId(sessionId: string): Promise<TranscriptRef[]> {
+    return this.store.read(async (tx) => tx.registry.findSessionId(sessionId, SESSION_ID_CANDIDATES));
   }
 }

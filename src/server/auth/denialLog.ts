@@ -25,6 +25,8 @@ export class DenialLog {
     private readonly logger: Logger,
     private readonly windowMs = DENIAL_LOG_WINDOW_MS,
     private readonly clock: () => number = () => performance.now(),
+    /** The messages of a logged denial and of a count of unlogged ones. */
+    private readonly lines = { one: "request denied", many: "requests denied, not logged one by one" },
   ) {
     this.sweeper = setInterval(() => this.sweep(), Math.max(10, windowMs / 2)).unref();
   }
@@ -41,7 +43,7 @@ export class DenialLog {
     const suppressed = entry?.suppressed ?? 0;
     this.peers.delete(peer);
     this.peers.set(peer, { loggedAt: now, suppressed: 0 });
-    this.logger.warn("request denied", { ...fields, peer, ...(suppressed > 0 ? { suppressed } : {}) });
+    this.logger.warn(this.lines.one, { ...fields, peer, ...(suppressed > 0 ? { suppressed } : {}) });
     if (this.peers.size > MAX_PEERS) this.evictOldest();
   }
 
@@ -78,6 +80,6 @@ export class DenialLog {
 
   /** The count of denials not logged since the peer's last line; the fields describe the latest. */
   private summary(peer: string, entry: PeerEntry): void {
-    this.logger.warn("requests denied, not logged one by one", { ...entry.last, peer, suppressed: entry.suppressed });
+    this.logger.warn(this.lines.many, { ...entry.last, peer, suppressed: entry.suppressed });
   }
 }

@@ -12,7 +12,8 @@
  * Scope rule for gateways: every session a call reads or writes, and the requester it acts
  * for, must belong to one of its agents.
  * - A cursor belongs to its watcher: Unwatch, AckNotices and listing a watcher's cursors need
- *   only the watcher's agent; Watch also reads the target's head, so it needs the target's.
+ *   only the watcher's agent; a watch reads its target, so registering one (Watch, or
+ *   SendToSession with watch: true) needs the target's too (core/access.ts watchAgents).
  * - A session a request links to is acted for: UpsertSession's parent_session_key and
  *   SpawnSession's parent and child need their agents. Being checked here, before the
  *   handler runs, a parent outside the scope is PERMISSION_DENIED whether or not it exists.
@@ -45,7 +46,7 @@ import { WatchService } from "../../../gen/sessionstate/v1/watch_pb.js";
 import { TaskService } from "../../../gen/sessionstate/v1/task_pb.js";
 import { DeliveryService } from "../../../gen/sessionstate/v1/delivery_pb.js";
 import { AdminService } from "../../../gen/sessionstate/v1/admin_pb.js";
-import { EVERY_AGENT, type AgentTargets } from "../../core/access.js";
+import { EVERY_AGENT, watchAgents, type AgentTargets } from "../../core/access.js";
 import { agentIdOfKey, checkAgentId, CURRENT_SESSION, flatSessionFields, resolveSession, type SessionFields } from "../../core/keys.js";
 
 /** The access rule of one method; M is its request message. */
@@ -180,12 +181,14 @@ const transcriptRules = serviceRules(TranscriptService, {
 });
 
 const watchRules = serviceRules(WatchService, {
+  // A watch reads its target (core/access.ts watchAgents): SendToSession's watch: true follows the same rule.
   watch: {
     access: "act",
-    agents: (req) => [
-      ...watcherAgents([req.watcherSessionKey]),
-      sessionAgent(flatSessionFields("target_"), { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
-    ],
+    agents: (req) =>
+      watchAgents(req.watcherSessionKey, {
+        agentId: sessionAgent(flatSessionFields("target_"), { sessionKey: req.targetSessionKey, agentId: req.targetAgentId }),
+        sessionKey: req.targetSessionKey,
+      }),
   },
   unwatch: { access: "act", agents: (req) => watcherAgents([req.watcherSessionKey]) },
   listWatchCursors: {
@@ -229,8 +232,10 @@ const upstreamRules = serviceRules(UpstreamService, {
 const messagingRules = serviceRules(MessagingService, {
   // The sender's Gateway acts for the sender. The target is addressed, not acted for: it is
   // reached through the requester's visibility for a change (design §4.1), whatever its agent —
-  // handing a message to another agent's Gateway is what the call is for. The same holds for
-  // watch: true, whose cursor belongs to the sender (its notices go to the sender's agent).
+  // handing a message to another agent's Gateway is what the call is for. watch: true is
+  // another matter: a watch reads its target, so it takes Watch's rule (the target's agent
+  // too), applied by the core once the target is resolved; outside it the message still goes
+  // and the answer says watched: false with Watch's denial.
   sendToSession: { access: "act", agents: (req) => [sessionAgent("requester", req.requester)] },
   // Authorized on open, for the selected agent or every selected session's agent.
   streamInbox: { access: "act", agents: (req) => [...(req.agentId === "" ? [] : [req.agentId]), ...keyAgents(...req.sessionKeys)] },

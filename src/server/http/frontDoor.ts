@@ -3,17 +3,22 @@
  * operations endpoints. One port (HTTP/2 and HTTP/1.1, sniffed in cleartext, ALPN with TLS)
  * whose every request goes, in order, through:
  *   CORS (a preflight is answered there) → /healthz, /readyz, /metrics → /console → the RPC paths → 404.
- * Around the RPCs: authorization from the headers, request-body limits, the per-RPC log line
- * and metrics (rpcHandler.ts); around the connections: the handshake and idle limits
- * (connections.ts). Optionally a second listener serves only the probes and /metrics.
+ * Around the RPCs: authorization from the headers, request-body limits, the limits on open
+ * streams, the per-RPC log line and metrics (rpcHandler.ts, auth/openStreams.ts); around the
+ * connections: the per-peer, handshake, request-head and idle limits (connections.ts); after
+ * every answer, the refusal of a body nobody reads (unreadBody.ts). Answers to GET requests
+ * are never stored by a cache. Optionally a second listener serves only the probes and
+ * /metrics.
  */
-import type { ConnectRouter, Interceptor } from "@connectrpc/connect";
+import { Code, ConnectError, type ConnectRouter, type Interceptor } from "@connectrpc/connect";
+import type http2 from "node:http2";
 import type { TlsOptions } from "../tls.js";
 import type { Logger } from "../logger.js";
 import { callTransportContext } from "../callTransport.js";
-import { DenialLog } from "../auth/denialLog.js";
+import { authenticate } from "../auth/credentials.js";
+import { DENIAL_LOG_WINDOW_MS, DenialLog } from "../auth/denialLog.js";
 import { authorization } from "../auth/interceptor.js";
-import { OpenStreams } from "../auth/openStreams.js";
+import { limitStreams, OpenStreams, streamConnectionKey } from "../auth/openStreams.js";
 import type { Authenticator } from "../auth/tokens.js";
 import { callOutcome, CallLog } from "./callLog.js";
 import { createCors } from "./cors.js";
@@ -23,6 +28,7 @@ import type { ServerMetrics } from "./metrics.js";
 import { createProbes, type Readiness } from "./probes.js";
 import { InFlightBytes } from "./requestBody.js";
 import { createRpcHandler, type BinaryRoutes } from "./rpcHandler.js";
+import { refuseUnreadBody } from "./unreadBody.js";
 
 export interface FrontDoorLimits {
   maxStreamsPerConnection: number;
@@ -32,7 +38,13 @@ export interface FrontDoorLimits {
   requestBodyTimeoutMs: number;
   maxJsonDepth: number;
   handshakeTimeoutMs: number;
+  requestHeadTimeoutMs: number;
   idleTimeoutMs: number;
+  maxConnectionsPerPeer: number;
+  /** Streaming calls open at once, and unauthenticated ones on the server and on one connection (auth/openStreams.ts). */
+  maxOpenStreams: number;
+  maxUnauthenticatedStreams: number;
+  maxUnauthenticatedStreamsPerConnection: number;
   /** Largest request message; the RPC layer refuses bigger ones. */
   readMaxBytes: number;
   writeMaxBytes: number;
@@ -77,8 +89,22 @@ export interface FrontDoor {
 export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoor> {
   const { tokens, limits, metrics, logger } = options;
   const denials = new DenialLog(logger);
-  // A token reload ends the open streams of the tokens it removed.
-  const openStreams = new OpenStreams();
+  const refusedPeers = new DenialLog(logger, DENIAL_LOG_WINDOW_MS, undefined, {
+    one: "connection refused: too many connections from one peer address",
+    many: "connections refused, not logged one by one",
+  });
+  // The limits on open streams; a token reload also ends the open streams of the tokens it removed.
+  const openStreams = new OpenStreams(
+    {
+      maxOpenStreams: limits.maxOpenStreams,
+      maxUnauthenticatedStreams: limits.maxUnauthenticatedStreams,
+      maxUnauthenticatedStreamsPerConnection: limits.maxUnauthenticatedStreamsPerConnection,
+    },
+    (limit) => metrics.refused(limit),
+  );
+  const hasToken = (header: string | null) => tokens !== undefined && header !== null && "principal" in authenticate(header, tokens);
+  // The main listener, once it listens (calls arrive only then).
+  let main: Listener;
   const stopRevoking = tokens?.onReload?.(() => {
     const ended = openStreams.revalidate(tokens);
     if (ended > 0) logger.info("streams of removed tokens ended", { streams: ended });
@@ -88,6 +114,7 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     routes: options.routes,
     interceptors: [
       callOutcome(),
+      limitStreams(openStreams, hasToken, options.shutdownSignal),
       ...options.interceptors,
       ...(tokens ? [authorization(tokens, denials, openStreams)] : []),
       ...(options.afterAuthorization ?? []),
@@ -96,8 +123,13 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
     writeMaxBytes: limits.writeMaxBytes,
     compressMinBytes: limits.compressMinBytes,
     shutdownSignal: options.shutdownSignal,
-    // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts).
-    contextValues: callTransportContext,
+    // Lets the notice stream reset a call whose client stopped reading (src/server/callTransport.ts),
+    // and the stream limits find the call's connection.
+    contextValues: (req) =>
+      callTransportContext(req).set(streamConnectionKey, {
+        connection: "stream" in req ? (req.stream.session as http2.ServerHttp2Session) : req.socket,
+        quiet: (end) => main.connections.quiet(req, end),
+      }),
     auth: tokens ? new EarlyAuthorization(tokens, denials) : undefined,
     body: { budget, timeoutMs: limits.requestBodyTimeoutMs, maxJsonDepth: limits.maxJsonDepth },
     calls: new CallLog(logger, metrics),
@@ -106,12 +138,23 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
   });
   const cors = options.corsOrigins.length > 0 ? [createCors(options.corsOrigins)] : [];
   const connectionOptions = {
-    limits: { handshakeTimeoutMs: limits.handshakeTimeoutMs, idleTimeoutMs: limits.idleTimeoutMs },
+    limits: {
+      handshakeTimeoutMs: limits.handshakeTimeoutMs,
+      requestHeadTimeoutMs: limits.requestHeadTimeoutMs,
+      idleTimeoutMs: limits.idleTimeoutMs,
+      maxConnectionsPerPeer: limits.maxConnectionsPerPeer,
+    },
     maxStreamsPerConnection: limits.maxStreamsPerConnection,
     receiveWindowBytes: limits.receiveWindowBytes,
-    onClosed: (reason: string) => metrics.connectionClosed(reason),
+    events: {
+      closed: (reason: string) => metrics.connectionClosed(reason),
+      refusedPeer: (peer: string, open: number) => {
+        metrics.connectionRefused("per_peer_limit");
+        refusedPeers.denied(peer, { open, limit: limits.maxConnectionsPerPeer, flag: "--max-connections-per-peer" });
+      },
+    },
   };
-  const main = await listen({
+  main = await listen({
     ...connectionOptions,
     host: options.host,
     port: options.port,
@@ -132,24 +175,44 @@ export async function openFrontDoor(options: FrontDoorOptions): Promise<FrontDoo
       handler: route([createProbes({ readiness: options.readiness, metrics, logger })]),
     });
   }
-  metrics.observeFrontDoor({ requestBodyBytesInFlight: () => budget.inUse, connections: () => main.connections.counts() });
+  metrics.observeFrontDoor({
+    requestBodyBytesInFlight: () => budget.inUse,
+    connections: () => main.connections.counts(),
+    openStreams: () => openStreams.counts(),
+  });
   return {
     port: main.port,
     url: main.url,
     metricsUrl: side?.url,
     async close(graceMs) {
+      // The services end their own streams on a stop (health after NOT_SERVING, the product's
+      // with UNAVAILABLE); any still open halfway through the grace period is ended here, with a
+      // status, rather than cut when the period is over.
+      const ending = setTimeout(() => {
+        const ended = openStreams.endAll(new ConnectError("server is shutting down", Code.Unavailable));
+        if (ended > 0) logger.info("streams still open at the stop ended", { streams: ended });
+      }, graceMs / 2);
       await Promise.all([main.close(graceMs), side?.close(graceMs)]);
+      clearTimeout(ending);
       stopRevoking?.();
       denials.close();
+      refusedPeers.close();
     },
   };
 }
 
 type Part = (req: Parameters<RequestHandler>[0], res: Parameters<RequestHandler>[1]) => boolean;
 
-/** The first part that takes the request answers it; nobody: 404. */
+/**
+ * The first part that takes the request answers it; nobody: 404. A body nobody reads is
+ * refused once the answer is complete, and an answer to GET is never stored: every GET
+ * here reads live state (a session's status changes with every event) that may be a
+ * caller's own, so neither a shared cache nor the browser's may keep it.
+ */
 function route(parts: Part[]): RequestHandler {
   return (req, res) => {
+    refuseUnreadBody(req, res);
+    if (req.method === "GET" || req.method === "HEAD") res.setHeader("cache-control", "private, no-store");
     for (const part of parts) if (part(req, res)) return;
     res.writeHead(404, { "content-type": "text/plain; charset=utf-8" });
     res.end("not found\n");

@@ -8,7 +8,7 @@ import http from "node:http";
 import http2 from "node:http2";
 import net, { type AddressInfo, type Socket } from "node:net";
 import type tls from "node:tls";
-import { Connections, type ClosedBy, type ConnectionLimits } from "./connections.js";
+import { Connections, type ConnectionEvents, type ConnectionLimits } from "./connections.js";
 import { createTlsServer, type TlsOptions } from "../tls.js";
 
 /** The protocol's initial flow-control window, for a stream and for a connection (RFC 9113 §6.9.2). */
@@ -35,7 +35,7 @@ export interface ListenerOptions {
    * (SETTINGS_INITIAL_WINDOW_SIZE) and for the whole connection (a WINDOW_UPDATE at once).
    */
   receiveWindowBytes: number;
-  onClosed?: (reason: ClosedBy) => void;
+  events?: ConnectionEvents;
 }
 
 export interface Listener {
@@ -47,10 +47,19 @@ export interface Listener {
 }
 
 export async function listen(options: ListenerOptions): Promise<Listener> {
-  const connections = new Connections(options.limits, options.onClosed);
+  const connections = new Connections(options.limits, options.events);
   const handler: RequestHandler = (req, res) => {
-    if (req.httpVersionMajor === 1) connections.http1Request(req, res);
+    connections.request(req, res);
     options.handler(req, res);
+  };
+  // Every HTTP/1.1 request head (not only a connection's first, which the handshake deadline
+  // covers) must arrive whole within the deadline once it has begun. The body has limits of
+  // its own (requestBody.ts); Node's whole-request timeout would also cut long streams.
+  const http1Limits = {
+    headersTimeout: options.limits.requestHeadTimeoutMs,
+    requestTimeout: 0,
+    // How often Node looks for late heads: a head is cut at most this much after its deadline.
+    connectionsCheckingInterval: Math.max(20, Math.min(1000, options.limits.requestHeadTimeoutMs / 4)),
   };
   const settings = { maxConcurrentStreams: options.maxStreamsPerConnection, initialWindowSize: options.receiveWindowBytes };
   // The connection's window starts at the protocol's 64 KiB whatever SETTINGS say (RFC 9113
@@ -61,11 +70,12 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
     if (options.receiveWindowBytes > DEFAULT_WINDOW_BYTES) session.setLocalWindowSize(options.receiveWindowBytes);
   };
   let server: net.Server;
+  let closeHttp1 = () => {};
   if (options.tls) {
     const secure = createTlsServer(handler, options.tls, { settings, handshakeTimeout: options.limits.handshakeTimeoutMs });
     // HTTP/1.1 over TLS runs on Node's HTTP/1.1 connection code with this server as its
     // settings; without this, keep-alive connections would never time out.
-    Object.assign(secure, { keepAliveTimeout: options.limits.idleTimeoutMs });
+    Object.assign(secure, { keepAliveTimeout: options.limits.idleTimeoutMs, ...http1Limits });
     secure.on("connection", (socket: Socket) => connections.accepted(socket, false));
     secure.on("secureConnection", (socket: tls.TLSSocket) => {
       if (socket.alpnProtocol === "h2") return;
@@ -78,12 +88,16 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
   } else {
     const h2 = http2.createServer({ settings }, handler);
     h2.on("session", opened);
-    const h1 = http.createServer(handler);
+    const h1 = http.createServer(http1Limits, handler);
+    // Node watches the request heads of an HTTP server's connections only once the server
+    // listens; this one never does itself (it is handed the sockets that speak HTTP/1.1).
+    h1.emit("listening");
+    closeHttp1 = () => h1.close(() => {});
     h1.keepAliveTimeout = options.limits.idleTimeoutMs;
     // "Expect: 100-continue" is answered by the handler once the call is allowed (rpcHandler.ts).
     h1.on("checkContinue", handler);
     server = net.createServer((socket) => {
-      connections.accepted(socket);
+      if (!connections.accepted(socket)) return;
       sniff(socket, (isHttp2) => {
         if (isHttp2) {
           connections.handshakeDone(socket);
@@ -112,6 +126,7 @@ export async function listen(options: ListenerOptions): Promise<Listener> {
     async close(graceMs) {
       const closed = new Promise<void>((resolve) => server.close(() => resolve()));
       await connections.stop(graceMs);
+      closeHttp1();
       await closed;
     },
   };

@@ -3,9 +3,10 @@
  * server. Three kinds of figures:
  * - counted as they happen: RPCs by procedure and code with latency, the core's domain
  *   figures (this class is the server's CoreMetrics, src/core/metrics.ts), connections the
- *   server closed on its own, refusals by limit;
- * - read when scraped: calls in flight, stream subscribers, connected Nodes, upstream links by
- *   state, pending notices, database and WAL size, request-body bytes in flight;
+ *   server closed or refused on its own, refusals by limit;
+ * - read when scraped: calls in flight, open streams, stream subscribers, connected Nodes,
+ *   upstream links by state, pending notices, database and WAL size, request-body bytes in
+ *   flight;
  * - the process: CPU, memory, event-loop lag, GC, handles (prom-client's default metrics).
  */
 import { statSync } from "node:fs";
@@ -33,6 +34,8 @@ export interface ServiceSources {
 export interface FrontDoorSources {
   requestBodyBytesInFlight(): number;
   connections(): { http1: number; http2: number; pending: number };
+  /** Streaming calls open now, by whether they came without a token (src/server/auth/openStreams.ts). */
+  openStreams(): { authorized: number; unauthenticated: number };
 }
 
 const LATENCY_BUCKETS = [0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 3600];
@@ -51,7 +54,9 @@ export class ServerMetrics implements CoreMetrics {
   private readonly pruneRuns: Counter;
   private readonly prunedRows: Counter<"table">;
   private readonly closedConnections: Counter<"reason">;
+  private readonly refusedConnections: Counter<"reason">;
   private readonly refusals: Counter<"limit">;
+  private readonly inboxRows: Counter;
 
   constructor() {
     const registers = [this.registry];
@@ -111,14 +116,25 @@ export class ServerMetrics implements CoreMetrics {
     });
     this.closedConnections = new Counter({
       name: "sessionstate_connections_closed_total",
-      help: "Connections the server closed on its own, by reason (handshake_timeout, idle_timeout)",
+      help: "Connections the server closed on its own, by reason (handshake_timeout, request_head_timeout, idle_timeout)",
+      labelNames: ["reason"],
+      registers,
+    });
+    this.refusedConnections = new Counter({
+      name: "sessionstate_connections_refused_total",
+      help: "Connections closed as soon as they were accepted, by reason (per_peer_limit: --max-connections-per-peer)",
       labelNames: ["reason"],
       registers,
     });
     this.refusals = new Counter({
       name: "sessionstate_limit_refusals_total",
-      help: "Requests refused by a front-door limit (inflight_request_bytes, request_body_timeout, json_depth)",
+      help: "Requests refused by a limit (front door: inflight_request_bytes, request_body_timeout, json_depth, open_streams, unauthenticated_streams, unauthenticated_streams_per_connection; inbox_items_per_agent)",
       labelNames: ["limit"],
+      registers,
+    });
+    this.inboxRows = new Counter({
+      name: "sessionstate_inbox_rows_read_total",
+      help: "Queued inbox items read by StreamInbox streams (replays and wake-ups; a wake-up reads only the items after the stream's position)",
       registers,
     });
   }
@@ -151,6 +167,17 @@ export class ServerMetrics implements CoreMetrics {
       registers,
       async collect() {
         this.set(await sources.store.pendingNotices());
+      },
+    });
+    new Gauge({
+      name: "sessionstate_inbox_items_queued",
+      help: "Inbox items queued and not acked, across every replica: all agents (of=all), and in the fullest agent's inbox (of=largest; limit: --max-inbox-items-per-agent)",
+      labelNames: ["of"],
+      registers,
+      async collect() {
+        const queues = await sources.store.inboxQueues();
+        this.set({ of: "all" }, queues.total);
+        this.set({ of: "largest" }, queues.largest);
       },
     });
     new Gauge({
@@ -209,6 +236,17 @@ export class ServerMetrics implements CoreMetrics {
         this.set({ protocol: "pending" }, c.pending);
       },
     });
+    new Gauge({
+      name: "sessionstate_open_streams",
+      help: "Streaming calls open now (at most --max-open-streams), by access: unauthenticated (streams of the open services without a token, at most --max-unauthenticated-streams) or authorized",
+      labelNames: ["access"],
+      registers,
+      collect() {
+        const open = sources.openStreams();
+        this.set({ access: "authorized" }, open.authorized);
+        this.set({ access: "unauthenticated" }, open.unauthenticated);
+      },
+    });
   }
 
   async render(): Promise<{ contentType: string; body: string }> {
@@ -229,6 +267,10 @@ export class ServerMetrics implements CoreMetrics {
 
   connectionClosed(reason: string): void {
     this.closedConnections.inc({ reason });
+  }
+
+  connectionRefused(reason: string): void {
+    this.refusedConnections.inc({ reason });
   }
 
   refused(limit: string): void {
@@ -256,6 +298,10 @@ export class ServerMetrics implements CoreMetrics {
 
   noticesFannedOut(seconds: number): void {
     this.fanOut.observe(seconds);
+  }
+
+  inboxRowsRead(rows: number): void {
+    this.inboxRows.inc(rows);
   }
 
   pruned(removedEvents: number, removedCursors: number): void {

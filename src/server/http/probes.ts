@@ -1,8 +1,10 @@
 /**
  * Plain-HTTP endpoints for orchestrators and monitoring, answered on any HTTP version:
  * - `GET /healthz`: live — the process answers (200 "ok").
- * - `GET /readyz`: ready — started, not stopping, and the database answers a trivial query
- *   (200 "ok"; otherwise 503 with the reason).
+ * - `GET /readyz`: ready — started, not stopping, and the database serves: it answers a
+ *   trivial query now and was not found damaged (200 "ok"; otherwise 503 with the reason).
+ *   The database's part is the state grpc.health.v1 reports (src/server/storageHealth.ts),
+ *   so the two never disagree.
  * - `GET /metrics`: Prometheus text; with a token file, a reader or admin bearer token is
  *   required (unless the metrics are served on their own listener).
  */
@@ -16,10 +18,8 @@ type Req = Parameters<RequestHandler>[0];
 type Res = Parameters<RequestHandler>[1];
 
 export interface Readiness {
-  /** Why the server is not ready ("starting", "stopping"), or undefined when it is. */
-  phase(): string | undefined;
-  /** Throws when the database does not answer. */
-  ping(): Promise<boolean>;
+  /** Why the server is not ready now ("stopping", "the database is damaged", …), or undefined when it is. */
+  notReady(): Promise<string | undefined>;
 }
 
 export interface ProbeOptions {
@@ -49,9 +49,8 @@ export function createProbes(options: ProbeOptions): (req: Req, res: Res) => boo
 }
 
 async function ready(readiness: Readiness, res: Res): Promise<void> {
-  const phase = readiness.phase();
-  if (phase !== undefined) return text(res, 503, `not ready: ${phase}\n`);
-  if (!(await readiness.ping().catch(() => false))) return text(res, 503, "not ready: the database does not answer\n");
+  const reason = await readiness.notReady().catch(() => "the readiness check failed");
+  if (reason !== undefined) return text(res, 503, `not ready: ${reason}\n`);
   text(res, 200, "ok\n");
 }
 

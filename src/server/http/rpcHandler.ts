@@ -6,8 +6,8 @@
  * 1. authorization from the headers (earlyAuth.ts) — a refused call is answered in its own
  *    protocol's framing and its body is never read;
  * 2. the request-body limits (requestBody.ts) on the bytes the RPC layer reads;
- * 3. once the response is complete, the rest of an unread body is refused (HTTP/2
- *    RST_STREAM NO_ERROR, RFC 9113 §8.1; HTTP/1.1 closes the connection);
+ * 3. once the response is complete, the rest of an unread body is refused (the front door
+ *    arranges it for every request: unreadBody.ts);
  * 4. the per-RPC log line and metrics (callLog.ts);
  * 5. a request id (the client's `x-request-id`, or minted), sent back in `x-request-id` and on
  *    every log line written while the call is handled.
@@ -120,7 +120,6 @@ export function createRpcHandler(options: RpcHandlerOptions): (req: NodeRequest,
     let response: UniversalServerResponse | undefined;
     let errorBody: Uint8Array | undefined;
     let guard: RequestBodyGuard | undefined;
-    stopReadingOnceAnswered(req, res);
     endStreamsTheClientReset(req);
     res.once("close", () => {
       guard?.release();
@@ -301,35 +300,4 @@ function endStreamsTheClientReset(req: NodeRequest): void {
   if (!("stream" in req)) return;
   const stream = req.stream;
   stream.once("aborted", () => setImmediate(() => stream.destroyed || stream.destroy()));
-}
-
-/** Once the response is complete, refuses whatever of the request body is still coming. */
-function stopReadingOnceAnswered(req: NodeRequest, res: NodeResponse): void {
-  if ("stream" in req) {
-    const stream = req.stream;
-    // "finish": everything is handed to HTTP/2. The refusal (RST_STREAM NO_ERROR, which a server
-    // may send after a complete response, RFC 9113 §8.1) must not overtake the last frames, so it
-    // waits until the stream's own side is closed (END_STREAM sent), or a second at most.
-    stream.once("finish", () => {
-      const since = performance.now();
-      const refuse = () => {
-        if (stream.destroyed || stream.closed || stream.state.remoteClose) return;
-        if (stream.state.localClose || performance.now() - since > 1000) {
-          stream.close(http2.constants.NGHTTP2_NO_ERROR);
-          // Node finishes a stream closed with NO_ERROR only once its request side has ended, and
-          // a body nobody reads any more never ends: without this the call never closes (no log
-          // line, the in-flight gauge stays up, the connection outlives its client).
-          setImmediate(() => stream.destroyed || stream.destroy());
-        } else setTimeout(refuse, 5).unref();
-      };
-      refuse();
-    });
-    return;
-  }
-  res.once("finish", () => {
-    if (req.complete) return;
-    // The response said "Connection: close"; a client that keeps sending is cut.
-    const socket = req.socket;
-    setTimeout(() => socket.destroy(), 1000).unref();
-  });
 }

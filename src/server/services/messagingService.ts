@@ -3,7 +3,7 @@ import { create } from "@bufbuild/protobuf";
 import { timestampNow } from "@bufbuild/protobuf/wkt";
 import { ConnectError, type ServiceImpl } from "@connectrpc/connect";
 import { invalidArgument } from "../../core/errors.js";
-import { checkInboxSelector, INBOX_PAGE, readInbox } from "../../core/coordination/inbox.js";
+import { checkInboxSelector } from "../../core/coordination/inbox.js";
 import type { Messaging } from "../../core/coordination/messaging.js";
 import type { InboxItem } from "../../core/coordination/model.js";
 import type { SessionState } from "../../core/sessionState.js";
@@ -19,6 +19,7 @@ import {
   SEND_STATUS,
   sendTargetOf,
 } from "../convertMessaging.js";
+import { principalKey } from "../auth/interceptor.js";
 import { SubscriberQueue } from "../subscriberQueue.js";
 import type { StreamSettings } from "./watchService.js";
 
@@ -32,6 +33,7 @@ export function messagingService(core: SessionState, messaging: Messaging, setti
         text: req.text,
         timeoutSeconds: req.timeoutSeconds,
         watch: req.watch,
+        caller: ctx.values.get(principalKey),
         signal: ctx.signal,
       });
       const watch = result.watch;
@@ -49,27 +51,20 @@ export function messagingService(core: SessionState, messaging: Messaging, setti
 
     async *streamInbox(req, ctx): AsyncGenerator<StreamInboxResponse> {
       const selector = checkInboxSelector(req.agentId, req.sessionKeys);
-      // Items are read from the rows; the queue only carries "re-read" requests, which coalesce.
-      const queue = new SubscriberQueue<never>(1);
+      // Items are read from the rows; the queue only carries "read on" requests for agents, which coalesce.
+      const queue = new SubscriberQueue<never, string>(1);
       // Subscribe before the first read, so nothing committed in between is missed.
-      const unsubscribe = messaging.inbox.subscribe(selector, () => queue.requestResync());
-      // What this stream sent and is still queued: a connected Gateway never gets an item twice.
-      let sent = new Set<string>();
+      const unsubscribe = messaging.inbox.subscribe(selector, (agents) => {
+        if (agents === "all") queue.requestResync();
+        else for (const agent of agents) queue.requestResync(agent);
+      });
+      // What this stream has handed out, per agent: a connected Gateway never gets an item
+      // twice, and a wake-up reads only what came after.
+      const position = messaging.inboxPosition(selector);
       const message = (item: InboxItem) => create(StreamInboxResponseSchema, { message: { case: "item", value: inboxItemMessage(item) } });
-      /** Every item still queued, page by page, oldest first. */
-      async function* pending(): AsyncGenerator<InboxItem> {
-        let after = 0;
-        for (;;) {
-          const page = await core.store.read((tx) => readInbox(tx, selector, after, INBOX_PAGE));
-          for (const item of page) yield item;
-          if (page.length < INBOX_PAGE) return;
-          after = page[page.length - 1].sequence;
-        }
-      }
       try {
         let replayed = 0;
-        for await (const item of pending()) {
-          sent.add(item.itemId);
+        for await (const item of messaging.newInboxItems(position)) {
           replayed++;
           yield message(item);
         }
@@ -86,15 +81,7 @@ export function messagingService(core: SessionState, messaging: Messaging, setti
             continue;
           }
           if (next.kind !== "resync") continue;
-          const still = new Set<string>();
-          const fresh: InboxItem[] = [];
-          for await (const item of pending()) {
-            still.add(item.itemId);
-            if (!sent.has(item.itemId)) fresh.push(item);
-          }
-          // Acked items left the inbox: forget them, so the set stays as small as the inbox.
-          sent = still;
-          for (const item of fresh) yield message(item);
+          for await (const item of messaging.newInboxItems(position, next.all ? undefined : next.parts)) yield message(item);
         }
       } finally {
         unsubscribe();

@@ -45,6 +45,11 @@ export function stateService(
     appendEventStream: (requests, ctx) => appendEventStream(core, requests, ctx, stream),
 
     async getStatus(req, ctx) {
+      // A Connect GET never writes (the method is side-effect free for caches and browsers);
+      // setting the model is a write, so it needs a POST.
+      if (req.model !== undefined && ctx.requestMethod === "GET") {
+        throw new ConnectError("model sets the session's model, and a GET request never writes: send GetStatus with model as a POST (or use PatchSession)", Code.InvalidArgument);
+      }
       // session_status under the requester's visibility (none given = operator view).
       const status = await tools.getStatus(requesterOf(req.requester), {
         session: req.session && { sessionKey: req.session.sessionKey, agentId: req.session.agentId },

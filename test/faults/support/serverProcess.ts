@@ -99,6 +99,23 @@ export async function startServerProcess(options: StartOptions): Promise<ServerP
   }
 }
 
+/**
+ * Runs `serve` with these flags until it exits on its own (a start it refuses), resolved with
+ * the exit code and everything it wrote; killed (by PID) after `timeoutMs` if it does not.
+ */
+export async function serveUntilExit(args: string[], timeoutMs = 30_000): Promise<{ code: number | null; output: string }> {
+  const child = spawn(process.execPath, [LAUNCHER, "serve", "--port", "0", "--log-level", "warn", ...args], { cwd: ROOT, stdio: ["ignore", "pipe", "pipe"] });
+  live.add(child);
+  let output = "";
+  child.stdout!.on("data", (chunk) => (output += chunk));
+  child.stderr!.on("data", (chunk) => (output += chunk));
+  const timer = setTimeout(() => child.kill("SIGKILL"), timeoutMs);
+  const code = await new Promise<number | null>((resolve) => child.once("close", (c) => resolve(c)));
+  clearTimeout(timer);
+  live.delete(child);
+  return { code, output };
+}
+
 /** The server exited at start-up because another process listens on its port. */
 class PortTakenError extends Error {}
 

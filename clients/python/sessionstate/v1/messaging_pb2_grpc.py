@@ -19,7 +19,10 @@ class MessagingServiceStub(object):
     The inbox also carries the task registry's cancel requests (TaskService.CancelTask) to the
     Gateway running the task. Delivery is at least once: an item stays in the inbox, with the
     same item_id, until its agent's Gateway acknowledges it, and is replayed when a stream
-    opens again (after a Gateway or a service restart).
+    opens again (after a Gateway or a service restart). An agent's inbox holds at most
+    --max-inbox-items-per-agent items (default 10,000): a call that would queue one more
+    (SendToSession, ReplyToMessage, CancelTask) is RESOURCE_EXHAUSTED naming the agent's inbox
+    and the limit, and changes nothing.
 
     An exchange maps onto an A2A (lf.a2a.v1) task one to one: see docs/coordination.md.
     """
@@ -66,7 +69,10 @@ class MessagingServiceServicer(object):
     The inbox also carries the task registry's cancel requests (TaskService.CancelTask) to the
     Gateway running the task. Delivery is at least once: an item stays in the inbox, with the
     same item_id, until its agent's Gateway acknowledges it, and is replayed when a stream
-    opens again (after a Gateway or a service restart).
+    opens again (after a Gateway or a service restart). An agent's inbox holds at most
+    --max-inbox-items-per-agent items (default 10,000): a call that would queue one more
+    (SendToSession, ReplyToMessage, CancelTask) is RESOURCE_EXHAUSTED naming the agent's inbox
+    and the limit, and changes nothing.
 
     An exchange maps onto an A2A (lf.a2a.v1) task one to one: see docs/coordination.md.
     """
@@ -75,7 +81,8 @@ class MessagingServiceServicer(object):
         """sessions_send: stores a message for another session and queues it in that session's
         agent's inbox. With timeout_seconds 0 it answers at once (ACCEPTED); otherwise it waits
         for the target's reply up to that many seconds (REPLIED with the reply, or TIMEOUT; a
-        reply that arrives later reaches the sender's inbox).
+        reply that arrives later reaches the sender's inbox). RESOURCE_EXHAUSTED when the
+        target's agent's inbox is full (nothing is stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -83,8 +90,8 @@ class MessagingServiceServicer(object):
 
     def StreamInbox(self, request, context):
         """Every inbox item of the selected agent or sessions that was not acknowledged yet (oldest
-        first), then REPLAY_COMPLETE, then each new item as it is queued, with heartbeats on an
-        idle stream. One stream never sends the same item twice.
+        first within each agent, however many), then REPLAY_COMPLETE, then each new item as it
+        is queued, with heartbeats on an idle stream. One stream never sends the same item twice.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -100,7 +107,8 @@ class MessagingServiceServicer(object):
     def ReplyToMessage(self, request, context):
         """The reply of the session that received a message (an item with reply_expected). The
         service forwards it to the other session as the exchange's next turn, or ends the
-        exchange (REPLY_SKIP, the turn limit, a failed turn) and says so.
+        exchange (REPLY_SKIP, the turn limit, a failed turn) and says so. RESOURCE_EXHAUSTED
+        when the inbox the reply goes to is full (nothing is stored).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -150,7 +158,10 @@ class MessagingService(object):
     The inbox also carries the task registry's cancel requests (TaskService.CancelTask) to the
     Gateway running the task. Delivery is at least once: an item stays in the inbox, with the
     same item_id, until its agent's Gateway acknowledges it, and is replayed when a stream
-    opens again (after a Gateway or a service restart).
+    opens again (after a Gateway or a service restart). An agent's inbox holds at most
+    --max-inbox-items-per-agent items (default 10,000): a call that would queue one more
+    (SendToSession, ReplyToMessage, CancelTask) is RESOURCE_EXHAUSTED naming the agent's inbox
+    and the limit, and changes nothing.
 
     An exchange maps onto an A2A (lf.a2a.v1) task one to one: see docs/coordination.md.
     """

@@ -82,8 +82,9 @@ class TaskServiceServicer(object):
         """Asks the Gateway running the task to cancel it: records the request on the task and,
         in the same transaction, queues a cancel request on the inbox of the Gateway serving
         the task session's agent. Allowed only inside the tree the requester controls (its own
-        session and the sessions it spawned): a task outside it is PERMISSION_DENIED (a leaf
-        subagent cannot cancel another session's task). A terminal task is FAILED_PRECONDITION
+        session and the sessions it spawned): a task outside it is NOT_FOUND with the very answer
+        an unknown id gets, so a cancel tells nothing of other sessions' tasks (a leaf subagent
+        cannot cancel another session's task). A terminal task is FAILED_PRECONDITION
         (like A2A's TaskNotCancelableError); asking again for a task already asked is an
         idempotent retry (already_requested, no second inbox item). The task reaches CANCELED
         when its Gateway reports it (UpsertTask), which logs run_failed with outcome
