@@ -77,6 +77,22 @@ describe("sessionstate restore", () => {
     expect(await server.stop()).toBe(0);
   });
 
+  it("restores into a place with no database yet (a new host), replacing nothing", { timeout: 60_000 }, async () => {
+    const dir = tempDir("sessionstate-restore-new-");
+    dirs.push(dir);
+    const source = join(dir.path, "source.db");
+    const server = await startServerProcess({ port: "any", db: source, args: ["--prune-interval", "0"] });
+    const sequence = await append(server, "carried over");
+    expect(await server.stop()).toBe(0);
+    const db = join(dir.path, "new.db");
+    const restored = await sessionstate(["restore", "--db", db, source]);
+    expect(restored.code).toBe(0);
+    expect(JSON.parse(restored.stdout)).toMatchObject({ db, replaced: [], quickCheck: "ok" });
+    const again = await startServerProcess({ port: "any", db, args: ["--prune-interval", "0"] });
+    expect((await clientsFor(again.url, "grpc").state.getStatus({ session: SESSION })).stateVersion).toBe(sequence);
+    expect(await again.stop()).toBe(0);
+  });
+
   it("refuses a damaged copy (exit 1), a copy of a newer schema and a PostgreSQL URL (exit 2), changing nothing", { timeout: 60_000 }, async () => {
     const dir = tempDir("sessionstate-restore-bad-");
     dirs.push(dir);

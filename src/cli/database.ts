@@ -85,9 +85,10 @@ function integrityOf(db: Database.Database, pragma: "integrity_check" | "quick_c
 
 /** A running server holds the file: restoring under it would pull the database from under its feet. */
 class DatabaseServedError extends DatabaseInUseError {
-  constructor(path: string, holderPid: number | undefined) {
-    super(path, holderPid);
-    this.message = `database "${path}" is served by a running process${holderPid ? ` (PID ${holderPid})` : ""}: stop it first (systemctl stop sessionstate, or SIGTERM), then restore; nothing was changed`;
+  constructor(path: string, holderPid: number | undefined, holderPath: string | undefined) {
+    super(path, holderPid, holderPath);
+    const as = holderPath !== undefined ? ` as "${holderPath}" (the same file under another name)` : "";
+    this.message = `database "${path}" is served by a running process${holderPid ? ` (PID ${holderPid})` : ""}${as}: stop it first (systemctl stop sessionstate, or SIGTERM), then restore; nothing was changed`;
   }
 }
 
@@ -106,13 +107,15 @@ interface Restored {
  * `<db>.before-restore-<time>`, and the old shared-memory index is removed. The result is
  * checked once more (quick_check).
  */
-async function restoreDatabase(dbPath: string, source: string, quick: boolean): Promise<Restored> {
+async function restoreDatabase(dbPath: string, source: string, quick: boolean, lockDir: string | undefined): Promise<Restored> {
   const db = resolve(dbPath);
+  // The lock makes an empty file where there was none (a lock needs an inode): nothing to keep.
+  const existed = existsSync(db) && statSync(db).size > 0;
   let lock;
   try {
-    lock = acquireProcessLock(db);
+    lock = acquireProcessLock(db, { lockDir });
   } catch (err) {
-    if (err instanceof DatabaseInUseError) throw new DatabaseServedError(db, err.holderPid);
+    if (err instanceof DatabaseInUseError) throw new DatabaseServedError(db, err.holderPid, err.holderPath);
     throw err;
   }
   const partial = join(dirname(db), `.${basename(db)}.restoring-${process.pid}`);
@@ -143,7 +146,7 @@ async function restoreDatabase(dbPath: string, source: string, quick: boolean): 
     const aside = `${db}.before-restore-${stamp}`;
     const replaced: string[] = [];
     // The file and its WAL go aside together (SQLite pairs them by name), so the old state stays whole.
-    for (const suffix of ["", "-wal"]) {
+    for (const suffix of existed ? ["", "-wal"] : ["-wal"]) {
       if (!existsSync(db + suffix)) continue;
       renameSync(db + suffix, aside + suffix);
       replaced.push(aside + suffix);
@@ -201,6 +204,7 @@ export function registerDatabaseCommands(program: Command, done: (action: Action
     .argument("<source>", "the copy to restore (a `sessionstate backup`, or a file migrations left)")
     .option("--db <file>", DB_HELP)
     .option("--quick", "check the copy with quick_check instead of integrity_check (faster on large files)", false)
+    .option("--serve-lock-dir <dir>", `the servers' lock directory, as serve's --serve-lock-dir [env SESSIONSTATE_SERVE_LOCK_DIR; default: a private one per user]`)
     .addHelpText(
       "after",
       "\nStop the service first: restore takes the serve lock and refuses while a server holds it. The copy is\n" +
@@ -211,13 +215,13 @@ export function registerDatabaseCommands(program: Command, done: (action: Action
     );
   restore.action((source: string) =>
     done(async () => {
-      const o = restore.opts<{ db?: string; quick: boolean }>();
+      const o = restore.opts<{ db?: string; quick: boolean; serveLockDir?: string }>();
       const db = databasePath(o.db, false);
       if (!existsSync(source) || !statSync(source).isFile()) throw new ConfigError(`SOURCE: "${resolve(source)}" is not a file`);
       if (resolve(source) === resolve(db)) throw new ConfigError("SOURCE: is the database itself");
       if (!existsSync(dirname(resolve(db)))) throw new ConfigError(`--db: the directory "${dirname(resolve(db))}" does not exist`);
       const started = performance.now();
-      const result = await restoreDatabase(db, source, o.quick);
+      const result = await restoreDatabase(db, source, o.quick, o.serveLockDir ?? (process.env.SESSIONSTATE_SERVE_LOCK_DIR || undefined));
       if (result.integrity !== "ok") throw new DatabaseProblem(`the restored file failed quick_check: ${result.integrity}`);
       process.stdout.write(
         JSON.stringify({ db: resolve(db), source: resolve(source), schemaVersion: result.schemaVersion, replaced: result.replaced, quickCheck: result.integrity, ms: Math.round(performance.now() - started) }) + "\n",
