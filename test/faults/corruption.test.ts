@@ -166,7 +166,8 @@ describe("the storage fault table", () => {
     ["SQLITE_IOERR_DATA", "data_loss"],
     ["SQLITE_FULL", "resource_exhausted"],
     ["SQLITE_BUSY", "unavailable"],
-    ["SQLITE_IOERR_WRITE", undefined],
+    ["SQLITE_IOERR_WRITE", "unavailable"],
+    ["SQLITE_IOERR_FSYNC", "unavailable"],
     ["SQLITE_CONSTRAINT_UNIQUE", undefined],
   ])("maps %s to %s", (code, kind) => {
     const fault = storageFault(new Database.SqliteError("boom", code), "/data/state.db");
